@@ -1,0 +1,145 @@
+package wire
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// renderShape renders a body type the way Contract writes it, from the Go
+// struct: json tags give the member names, wire tags or the Go type give the
+// value labels. Changing a body type changes this rendering.
+func renderShape(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	parts := make([]string, 0, t.NumField())
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		label := f.Tag.Get("wire")
+		if label == "" {
+			label = typeLabel(f.Type)
+		}
+		parts = append(parts, name+":"+label)
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+var labels = map[reflect.Type]string{
+	reflect.TypeFor[StoreID]():     "StoreId",
+	reflect.TypeFor[RouterID]():    "RouterId",
+	reflect.TypeFor[ConnID]():      "ConnId",
+	reflect.TypeFor[ArtifactID]():  "ArtifactId",
+	reflect.TypeFor[ServiceInc]():  "SvcId",
+	reflect.TypeFor[TopicInc]():    "TopicId",
+	reflect.TypeFor[SubID]():       "SubId",
+	reflect.TypeFor[CallID]():      "CallId",
+	reflect.TypeFor[DeliveryID]():  "DeliveryId",
+	reflect.TypeFor[OwnerID]():     "OwnerId",
+	reflect.TypeFor[Digest]():      "Digest",
+	reflect.TypeFor[RawJSON]():     "object",
+	reflect.TypeFor[bool]():        "bool",
+	reflect.TypeFor[ArtifactRef](): "ArtifactRef",
+	reflect.TypeFor[Location]():    "Location",
+	reflect.TypeFor[Identity]():    "Identity",
+	reflect.TypeFor[Limits]():      "Limits",
+}
+
+func typeLabel(t reflect.Type) string {
+	if l, ok := labels[t]; ok {
+		return l
+	}
+	if strings.HasPrefix(t.Name(), "Opt[") {
+		return typeLabel(t.Field(1).Type) + "|null"
+	}
+	return "?" + t.String()
+}
+
+func renderLimits() string {
+	parts := []string{}
+	for _, n := range LimitNames() {
+		label := "int"
+		if IsByteLimit(n) {
+			label = "U64"
+		}
+		parts = append(parts, n+":"+label)
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+func renderContract() string {
+	var b strings.Builder
+	b.WriteString("flybus contract 1.0\n")
+	b.WriteString(`envelope {protocol:"flybus", major:int, minor:int, id:MsgId|BusId, replyTo:MsgId|null, kind:command|reply|delivery|notice, op:Op, body:object, attachments:[Attachment 0..32]}` + "\n")
+	b.WriteString("reply {ok:true, value:object} | {ok:false, error:{code:ErrorCode, message:Text, dispatch:Dispatch}}\n")
+	for _, v := range []any{ArtifactRef{}, Attachment{}, Location{}, Identity{}} {
+		t := reflect.TypeOf(v)
+		b.WriteString(t.Name() + " " + renderShape(t) + "\n")
+	}
+	b.WriteString("Limits " + renderLimits() + "\n")
+	var atts []string
+	for _, s := range Shapes() {
+		b.WriteString(s.Kind.String() + " " + s.Op.String() + " " + renderShape(reflect.TypeOf(s.Body)))
+		if s.Reply != nil {
+			b.WriteString(" -> " + renderShape(reflect.TypeOf(s.Reply)))
+		}
+		b.WriteString("\n")
+		if s.Op.CarriesAttachments() {
+			atts = append(atts, s.Op.String())
+		}
+	}
+	b.WriteString("attachments " + strings.Join(atts, " ") + "\n")
+	return b.String()
+}
+
+func TestContractMatchesBodyTypes(t *testing.T) {
+	got := renderContract()
+	if got != Contract {
+		gl, wl := strings.Split(got, "\n"), strings.Split(Contract, "\n")
+		for i := 0; i < max(len(gl), len(wl)); i++ {
+			var g, w string
+			if i < len(gl) {
+				g = gl[i]
+			}
+			if i < len(wl) {
+				w = wl[i]
+			}
+			if g != w {
+				t.Errorf("line %d:\n types:    %s\n Contract: %s", i+1, g, w)
+			}
+		}
+		t.Fatal("the body types and the Contract text disagree: change Contract (and so the digest) with the types")
+	}
+}
+
+func TestContractCoversEveryOp(t *testing.T) {
+	seen := map[Op]bool{}
+	for _, s := range Shapes() {
+		if seen[s.Op] {
+			t.Errorf("%s listed twice", s.Op)
+		}
+		seen[s.Op] = true
+		if (s.Kind == KindCommand) != s.Op.IsCommand() || (s.Kind == KindCommand) != (s.Reply != nil) {
+			t.Errorf("%s: kind %s disagrees with its op class or reply", s.Op, s.Kind)
+		}
+	}
+	for o := OpHello; o < numOps; o++ {
+		if !seen[o] {
+			t.Errorf("%s has no shape", o)
+		}
+	}
+}
+
+func TestContractDigest(t *testing.T) {
+	d := ContractDigest()
+	if len(d) != 64 {
+		t.Fatalf("digest %q", d)
+	}
+	if _, ok := ParseDigest(d); !ok {
+		t.Fatalf("digest %q does not parse", d)
+	}
+}
