@@ -67,14 +67,13 @@ func (d *Decoder) raw(ti uint32) []byte {
 // refused duplicate keys, so each case in a decoder's switch runs at most
 // once; seen collects bits for the required-member check.
 type fields struct {
-	d        *Decoder
-	ctx      string // operation or type name, for error messages
-	i, end   uint32
-	key      []byte
-	keyTok   uint32
-	val      uint32
-	seen     uint64
-	badField string
+	d      *Decoder
+	ctx    string // operation or type name, for error messages
+	i, end uint32
+	key    []byte
+	keyTok uint32
+	val    uint32
+	seen   uint64
 }
 
 func (d *Decoder) object(ti uint32, ctx string) (fields, error) {
@@ -321,8 +320,3 @@ func (f *fields) elem(ti uint32) fields {
 
 // nextElem advances past element ti.
 func (d *Decoder) nextElem(ti uint32) uint32 { return d.sc.toks[ti].next }
-
-// sub returns a cursor over the object member being read.
-func (f *fields) sub(ctx string) (fields, error) {
-	return f.d.object(f.val, ctx)
-}

@@ -1,0 +1,361 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/flybus/flybus/wire"
+)
+
+// Config identifies the participant and tunes the connection.
+type Config struct {
+	ClientID string
+	// ClientIncarnation is generated when empty; a reconnect needs a new one.
+	ClientIncarnation string
+	// StoreRoot is the router's store root, for artifact locations.
+	StoreRoot string
+	// ControlLaneCapacity bounds queued consumes, releases and cancels
+	// [4096]; overflowing it closes the connection rather than drop one.
+	ControlLaneCapacity int
+}
+
+// Info describes the negotiated session.
+type Info struct {
+	RouterID       wire.RouterID
+	ConnectionID   wire.ConnID
+	Identity       wire.Identity
+	SelectedMajor  uint32
+	SelectedMinor  uint32
+	ContractDigest wire.Digest
+	Limits         wire.Limits
+}
+
+// Client is one connection to a router, serving RPC, pub/sub and artifacts.
+// It is safe for concurrent use.
+type Client struct {
+	cfg  Config
+	nc   net.Conn
+	info Info
+
+	mu       sync.Mutex
+	nextMsg  uint64
+	nextCall uint64
+	waiters  map[uint64]*waiter // by command serial
+	ordinary []*sendItem
+	control  []*sendItem
+	consumes []wire.DeliveryID
+	services map[string]*Service
+	calls    map[wire.CallID]*PendingCall
+	closing  bool   // Close called: drain, then close
+	lost     error  // set once the connection is gone
+	lastBus  uint64 // strictly increasing router envelope ids
+	anyBus   bool
+	kick     chan struct{}
+	done     chan struct{} // closed when the reader and writer have stopped
+	wg       sync.WaitGroup
+	closed   chan struct{} // closed once lost is set
+}
+
+// sendItem is one command waiting for the writer.
+type sendItem struct {
+	op   wire.Op
+	body []byte // encoded body
+	w    *waiter
+}
+
+// waiter receives the reply to one command. The reader decodes the reply
+// value into v before signalling, because the frame is reused afterwards.
+type waiter struct {
+	op       wire.Op
+	v        wire.Body
+	ch       chan error // buffered 1
+	orphaned bool       // the caller gave up; orphan runs instead
+	orphan   func(err error)
+}
+
+// ErrClosed is returned after Close.
+var ErrClosed = errors.New("flybus: client closed")
+
+// Connect performs bus.hello over nc and starts the client's reader and
+// writer. The client refuses a router whose contract digest differs.
+func Connect(ctx context.Context, nc net.Conn, cfg Config) (*Client, error) {
+	if !wire.ValidID(cfg.ClientID) {
+		nc.Close()
+		return nil, fmt.Errorf("flybus: invalid client id %q", cfg.ClientID)
+	}
+	if cfg.ClientIncarnation == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		cfg.ClientIncarnation = "inc-" + hex.EncodeToString(b[:])
+	}
+	if !wire.ValidID(cfg.ClientIncarnation) {
+		nc.Close()
+		return nil, fmt.Errorf("flybus: invalid client incarnation %q", cfg.ClientIncarnation)
+	}
+	if cfg.ControlLaneCapacity <= 0 {
+		cfg.ControlLaneCapacity = 4096
+	}
+	c := &Client{cfg: cfg, nc: nc, waiters: map[uint64]*waiter{}, services: map[string]*Service{},
+		calls: map[wire.CallID]*PendingCall{}, kick: make(chan struct{}, 1),
+		done: make(chan struct{}), closed: make(chan struct{})}
+	c.wg.Add(2)
+	go c.readLoop()
+	go c.writeLoop()
+	go func() { c.wg.Wait(); close(c.done) }()
+
+	var ok wire.HelloOK
+	err := c.roundTrip(ctx, wire.OpHello, &wire.Hello{ClientID: cfg.ClientID,
+		ClientIncarnation: cfg.ClientIncarnation, SupportedMajors: []uint32{wire.Major}}, &ok, nil)
+	if err == nil && (ok.SelectedMajor != wire.Major || ok.SelectedMinor != wire.Minor) {
+		err = wire.NewError(wire.ErrVersionMismatch, 0, "router selected %d.%d", ok.SelectedMajor, ok.SelectedMinor)
+	}
+	if err == nil && ok.ContractDigest != wire.ContractDigestValue() {
+		err = wire.NewError(wire.ErrVersionMismatch, 0, "router contract digest %s differs from ours %s",
+			ok.ContractDigest, wire.ContractDigest())
+	}
+	if err != nil {
+		c.fail(err)
+		<-c.done
+		return nil, err
+	}
+	c.info = Info{RouterID: ok.RouterID, ConnectionID: ok.ConnectionID,
+		Identity:      wire.Identity{ClientID: cfg.ClientID, ClientIncarnation: cfg.ClientIncarnation},
+		SelectedMajor: ok.SelectedMajor, SelectedMinor: ok.SelectedMinor,
+		ContractDigest: ok.ContractDigest, Limits: ok.Limits}
+	return c, nil
+}
+
+// ConnectUnix dials a router's socket and connects.
+func ConnectUnix(ctx context.Context, path string, cfg Config) (*Client, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, err
+	}
+	return Connect(ctx, nc, cfg)
+}
+
+// Info returns the negotiated session.
+func (c *Client) Info() Info { return c.info }
+
+// Err returns why the connection ended, or nil while it is up.
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lost
+}
+
+// Done is closed when the connection has ended.
+func (c *Client) Done() <-chan struct{} { return c.closed }
+
+// Close flushes queued consumes and releases, closes the connection and
+// waits for the reader and writer to stop. Handles become inert; the router
+// releases everything this connection owned. Idempotent.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.lost == nil {
+		c.closing = true
+	}
+	c.mu.Unlock()
+	c.wakeWriter()
+	select {
+	case <-c.done:
+	case <-time.After(5 * time.Second):
+		c.fail(ErrClosed)
+		<-c.done
+	}
+	return nil
+}
+
+// fail ends the connection with err: pending commands and calls fail with
+// ROUTER_LOST (dispatch unknown) unless err is already a bus error.
+func (c *Client) fail(err error) {
+	c.mu.Lock()
+	if c.lost != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.lost = err
+	waiters := c.waiters
+	c.waiters = map[uint64]*waiter{}
+	queued := append(c.ordinary, c.control...)
+	c.ordinary, c.control = nil, nil
+	calls := c.calls
+	c.calls = map[wire.CallID]*PendingCall{}
+	services := c.services
+	close(c.closed)
+	c.mu.Unlock()
+	c.nc.Close()
+	c.wakeWriter()
+	lostErr := lostError(err)
+	for _, w := range waiters {
+		w.ch <- lostErr
+	}
+	for _, it := range queued {
+		if it.w != nil {
+			it.w.ch <- lostErr
+		}
+	}
+	for _, p := range calls {
+		p.finish(nil, lostErr)
+	}
+	for _, s := range services {
+		s.closeQueue()
+	}
+}
+
+func lostError(err error) error {
+	var be *wire.BusError
+	if errors.As(err, &be) && be.Code == wire.ErrRouterLost {
+		return be
+	}
+	return &wire.BusError{Code: wire.ErrRouterLost, Dispatch: wire.DispatchUnknown,
+		Message: "connection lost: " + err.Error()}
+}
+
+func (c *Client) wakeWriter() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// roundTrip sends one command and waits for its reply, decoding the value
+// into v. If ctx ends first, orphan (when set) runs with the reply once it
+// arrives, so that nothing the router granted is leaked.
+func (c *Client) roundTrip(ctx context.Context, op wire.Op, body wire.Body, v wire.Body, orphan func(error)) error {
+	w := &waiter{op: op, v: v, ch: make(chan error, 1), orphan: orphan}
+	if err := c.enqueue(op, body, w, false); err != nil {
+		return err
+	}
+	select {
+	case err := <-w.ch:
+		return err
+	case <-ctx.Done():
+		c.mu.Lock()
+		w.orphaned = true
+		c.mu.Unlock()
+		// The reply may have raced in.
+		select {
+		case err := <-w.ch:
+			return err
+		default:
+		}
+		return ctx.Err()
+	}
+}
+
+// enqueue queues a command; control commands go ahead of ordinary ones.
+func (c *Client) enqueue(op wire.Op, body wire.Body, w *waiter, control bool) error {
+	it := &sendItem{op: op, body: body.AppendJSON(nil), w: w}
+	c.mu.Lock()
+	if c.lost != nil || c.closing && !control {
+		err := c.lost
+		c.mu.Unlock()
+		if err == nil {
+			err = ErrClosed
+		}
+		return lostError(err)
+	}
+	if control {
+		if len(c.control)+len(c.consumes) >= c.cfg.ControlLaneCapacity {
+			c.mu.Unlock()
+			c.fail(errors.New("client control lane overflow"))
+			return ErrClosed
+		}
+		c.control = append(c.control, it)
+	} else {
+		c.ordinary = append(c.ordinary, it)
+	}
+	c.mu.Unlock()
+	c.wakeWriter()
+	return nil
+}
+
+// consume queues delivery.consumed for d, batched by the writer.
+func (c *Client) consume(d wire.DeliveryID) {
+	c.mu.Lock()
+	if c.lost != nil {
+		c.mu.Unlock()
+		return
+	}
+	overflow := len(c.control)+len(c.consumes) >= c.cfg.ControlLaneCapacity
+	if !overflow {
+		c.consumes = append(c.consumes, d)
+	}
+	c.mu.Unlock()
+	if overflow {
+		c.fail(errors.New("client control lane overflow"))
+		return
+	}
+	c.wakeWriter()
+}
+
+// fireAndForget queues a control command whose reply only matters when it
+// is a refusal; refusals are counted in ControlErrors.
+func (c *Client) fireAndForget(op wire.Op, body wire.Body) {
+	_ = c.enqueue(op, body, nil, true)
+}
+
+func (c *Client) writeLoop() {
+	defer c.wg.Done()
+	var buf []byte
+	var batch []*sendItem
+	for {
+		c.mu.Lock()
+		if c.lost != nil {
+			c.mu.Unlock()
+			return
+		}
+		batch = batch[:0]
+		buf = buf[:0]
+		// Control first: queued consumes in batches of MaxBatch, then
+		// releases and cancels, then ordinary commands.
+		for len(c.consumes) > 0 {
+			n := min(len(c.consumes), wire.MaxBatch)
+			body := (&wire.Consumed{DeliveryIDs: c.consumes[:n]}).AppendJSON(nil)
+			c.consumes = c.consumes[n:]
+			batch = append(batch, &sendItem{op: wire.OpDeliveryConsumed, body: body})
+		}
+		batch = append(batch, c.control...)
+		c.control = c.control[:0]
+		batch = append(batch, c.ordinary...)
+		c.ordinary = c.ordinary[:0]
+		for _, it := range batch {
+			c.nextMsg++
+			if it.w != nil {
+				c.waiters[c.nextMsg] = it.w
+			} else {
+				c.waiters[c.nextMsg] = &waiter{op: it.op, ch: make(chan error, 1), orphaned: true}
+			}
+			var err error
+			buf, err = wire.AppendFrame(buf, wire.Header{ID: c.nextMsg, Kind: wire.KindCommand, Op: it.op}, wire.RawJSON(it.body), nil)
+			if err != nil {
+				delete(c.waiters, c.nextMsg)
+				if it.w != nil {
+					it.w.ch <- err
+				}
+			}
+		}
+		closing := c.closing && len(batch) == 0 && len(c.waiters) == 0
+		c.mu.Unlock()
+		if len(buf) > 0 {
+			if err := wire.WriteFull(c.nc, buf); err != nil {
+				c.fail(err)
+				return
+			}
+			continue
+		}
+		if closing {
+			c.fail(ErrClosed)
+			return
+		}
+		<-c.kick
+	}
+}

@@ -1,0 +1,162 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/flybus/flybus/wire"
+)
+
+// readLoop decodes router frames and dispatches them without ever waiting
+// on user code: replies complete waiters, deliveries go onto per-handle
+// queues, notices settle calls. Any violation of the router's side of the
+// protocol closes the connection.
+func (c *Client) readLoop() {
+	defer c.wg.Done()
+	fr := wire.NewFrameReader(c.nc)
+	var dec wire.Decoder
+	var env wire.Envelope
+	for {
+		frame, err := fr.ReadFrame()
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		derr := dec.Decode(frame, &env)
+		if derr == nil {
+			derr = c.dispatch(&env)
+		}
+		if derr != nil {
+			c.fail(fmt.Errorf("router frame refused: %w", derr))
+			return
+		}
+	}
+}
+
+func (c *Client) dispatch(env *wire.Envelope) error {
+	if env.Major != wire.Major || env.Minor != wire.Minor {
+		return errors.New("router envelope is not version 1.0")
+	}
+	c.mu.Lock()
+	if c.anyBus && env.ID <= c.lastBus {
+		c.mu.Unlock()
+		return errors.New("router envelope ids must increase")
+	}
+	c.anyBus, c.lastBus = true, env.ID
+	c.mu.Unlock()
+	switch env.Kind {
+	case wire.KindReply:
+		if len(env.Attachments) > 0 {
+			return errors.New("reply with attachments")
+		}
+		return c.onReply(env)
+	case wire.KindDelivery:
+		if !env.Op.IsDelivery() {
+			return fmt.Errorf("delivery with op %s", env.Op)
+		}
+		return c.onDelivery(env)
+	case wire.KindNotice:
+		if !env.Op.IsNotice() || len(env.Attachments) > 0 {
+			return fmt.Errorf("notice with op %s", env.Op)
+		}
+		return c.onNotice(env)
+	}
+	return errors.New("router sent a command")
+}
+
+func (c *Client) onReply(env *wire.Envelope) error {
+	c.mu.Lock()
+	w := c.waiters[uint64(env.ReplyTo.V)]
+	delete(c.waiters, uint64(env.ReplyTo.V))
+	drained := c.closing && len(c.waiters) == 0
+	c.mu.Unlock()
+	if drained {
+		c.wakeWriter() // Close waits for the last reply
+	}
+	if w == nil {
+		return fmt.Errorf("reply to unknown command msg-%d", env.ReplyTo.V)
+	}
+	if w.op != env.Op {
+		return fmt.Errorf("reply op %s answers a %s", env.Op, w.op)
+	}
+	v := w.v
+	if v == nil {
+		v = discardFor(env.Op)
+	}
+	busErr, err := env.DecodeReply(v)
+	if err != nil {
+		return err
+	}
+	var result error
+	if busErr != nil {
+		result = busErr
+	}
+	c.mu.Lock()
+	orphaned := w.orphaned
+	c.mu.Unlock()
+	if orphaned && w.orphan != nil {
+		w.orphan(result)
+	}
+	w.ch <- result
+	return nil
+}
+
+// discardFor returns a decode target for replies nobody waits for, so they
+// are still checked strictly.
+func discardFor(op wire.Op) wire.Body {
+	for _, s := range wire.Shapes() {
+		if s.Op == op {
+			return s.Reply
+		}
+	}
+	return &wire.Released{}
+}
+
+func (c *Client) onDelivery(env *wire.Envelope) error {
+	switch env.Op {
+	case wire.OpRPCRequest:
+		var r wire.Request
+		if err := env.DecodeBody(&r); err != nil {
+			return err
+		}
+		return c.onRequest(&r)
+	case wire.OpRPCResult:
+		var r wire.Result
+		if err := env.DecodeBody(&r); err != nil {
+			return err
+		}
+		return c.onResult(&r)
+	}
+	return fmt.Errorf("%s is not supported by this client yet", env.Op)
+}
+
+func (c *Client) onNotice(env *wire.Envelope) error {
+	switch env.Op {
+	case wire.OpCallFailed:
+		var n wire.CallFailed
+		if err := env.DecodeBody(&n); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		p := c.calls[n.CallID]
+		delete(c.calls, n.CallID)
+		c.mu.Unlock()
+		if p != nil {
+			p.finish(nil, n.Err())
+		}
+	case wire.OpRouteRemoved:
+		var n wire.RouteRemoved
+		return env.DecodeBody(&n)
+	case wire.OpSubscriptionClosed:
+		var n wire.SubscriptionClosed
+		return env.DecodeBody(&n)
+	case wire.OpConnectionClosing:
+		var n wire.ConnectionClosing
+		if err := env.DecodeBody(&n); err != nil {
+			return err
+		}
+		c.fail(&wire.BusError{Code: wire.ErrRouterLost, Dispatch: wire.DispatchUnknown,
+			Message: "router closed the connection: " + n.Code.String() + ": " + n.Message})
+	}
+	return nil
+}

@@ -1,0 +1,486 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	json "github.com/goccy/go-json"
+
+	"github.com/flybus/flybus/wire"
+)
+
+// encodePayload turns a typed payload into a JSON object. RawJSON and
+// []byte pass through after a strict check; nil is {}.
+func encodePayload(v any) (wire.RawJSON, error) {
+	var raw []byte
+	switch p := v.(type) {
+	case nil:
+		return wire.RawJSON("{}"), nil
+	case wire.RawJSON:
+		raw = p
+	case []byte:
+		raw = p
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		raw = b
+	}
+	if err := wire.Valid(raw); err != nil {
+		return nil, wire.NewError(wire.ErrInvalidEnvelope, 0, "payload: %v", err)
+	}
+	if len(raw) == 0 || raw[0] != '{' {
+		return nil, wire.NewError(wire.ErrInvalidEnvelope, 0, "payload must be a JSON object")
+	}
+	return raw, nil
+}
+
+// ServiceConfig bounds a registration: calls waiting for dispatch and
+// dispatched calls whose request has not been closed.
+type ServiceConfig struct {
+	MaxQueued   int // default 16
+	MaxInFlight int // default 16
+}
+
+// Service is a registered endpoint. Next yields its requests.
+type Service struct {
+	c           *Client
+	name        string
+	incarnation wire.ServiceInc
+
+	mu     sync.Mutex
+	queue  []*Request
+	signal chan struct{} // buffered 1
+	closed bool
+	once   sync.Once
+}
+
+// Register claims an exclusive service name.
+func (c *Client) Register(ctx context.Context, name string, cfg ServiceConfig) (*Service, error) {
+	if cfg.MaxQueued == 0 {
+		cfg.MaxQueued = 16
+	}
+	if cfg.MaxInFlight == 0 {
+		cfg.MaxInFlight = 16
+	}
+	s := &Service{c: c, name: name, signal: make(chan struct{}, 1)}
+	var ok wire.RegisterOK
+	// Deliveries may follow the reply at once: install the service under
+	// its name before sending, and remove it if registration fails.
+	c.mu.Lock()
+	if c.services[name] != nil {
+		c.mu.Unlock()
+		return nil, wire.NewError(wire.ErrConflict, 0, "service %s is already registered by this client", name)
+	}
+	c.services[name] = s
+	c.mu.Unlock()
+	err := c.roundTrip(ctx, wire.OpServiceRegister, &wire.Register{Name: name,
+		MaxQueued: uint32(cfg.MaxQueued), MaxInFlight: uint32(cfg.MaxInFlight)}, &ok, func(err error) {
+		if err == nil { // registered after the caller gave up: undo it
+			c.fireAndForget(wire.OpServiceUnregister, &wire.Unregister{Name: name, ServiceIncarnation: ok.ServiceIncarnation})
+		}
+		c.mu.Lock()
+		delete(c.services, name)
+		c.mu.Unlock()
+	})
+	if err != nil {
+		c.mu.Lock()
+		if c.services[name] == s && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			delete(c.services, name)
+		}
+		c.mu.Unlock()
+		return nil, err
+	}
+	s.incarnation = ok.ServiceIncarnation
+	return s, nil
+}
+
+// Name and Incarnation identify the registration; callers pin Incarnation.
+func (s *Service) Name() string                 { return s.name }
+func (s *Service) Incarnation() wire.ServiceInc { return s.incarnation }
+
+func (s *Service) push(r *Request) bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	s.queue = append(s.queue, r)
+	s.mu.Unlock()
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// Next waits for the next request. It fails with ErrClosed once the
+// service or its client is closed.
+func (s *Service) Next(ctx context.Context) (*Request, error) {
+	for {
+		s.mu.Lock()
+		if len(s.queue) > 0 {
+			r := s.queue[0]
+			s.queue[0] = nil
+			s.queue = s.queue[1:]
+			s.mu.Unlock()
+			return r, nil
+		}
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
+			return nil, ErrClosed
+		}
+		select {
+		case <-s.signal:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// closeQueue stops delivery and closes requests nobody took.
+func (s *Service) closeQueue() {
+	s.mu.Lock()
+	s.closed = true
+	q := s.queue
+	s.queue = nil
+	s.mu.Unlock()
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+	for _, r := range q {
+		r.Close()
+	}
+}
+
+// Close unregisters the service. Requests already handed out stay valid and
+// can still be answered. Idempotent.
+func (s *Service) Close() error {
+	s.once.Do(func() {
+		s.c.mu.Lock()
+		if s.c.services[s.name] == s {
+			delete(s.c.services, s.name)
+		}
+		s.c.mu.Unlock()
+		s.c.fireAndForget(wire.OpServiceUnregister, &wire.Unregister{Name: s.name, ServiceIncarnation: s.incarnation})
+		s.closeQueue()
+	})
+	return nil
+}
+
+func (c *Client) onRequest(r *wire.Request) error {
+	c.mu.Lock()
+	s := c.services[r.Target]
+	c.mu.Unlock()
+	req := &Request{c: c, Method: r.Method, Payload: r.Payload.Clone(), Caller: r.Caller,
+		CallID: r.CallID, DeliveryID: r.DeliveryID, ServiceIncarnation: r.ServiceIncarnation}
+	req.guard.refs, req.cap.refs = 1, 1
+	if s == nil || !s.push(req) {
+		req.Close() // nobody will serve it: consume and give up the reply
+	}
+	return nil
+}
+
+// Request is one incoming call. Close it when the handler is done with it;
+// that consumes the delivery (returning the service's credit) and, unless a
+// Responder is still open, gives up the right to reply.
+type Request struct {
+	c                  *Client
+	Method             string
+	Payload            wire.RawJSON
+	Caller             wire.Identity // authenticated only on a launcher-bound transport
+	CallID             wire.CallID
+	DeliveryID         wire.DeliveryID
+	ServiceIncarnation wire.ServiceInc
+
+	guard refCount // the delivery: consumed at zero
+	cap   refCount // the reply capability: released at zero unless replied
+
+	mu      sync.Mutex
+	replied bool
+	closed  bool
+}
+
+type refCount struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// drop decrements and reports whether this was the last reference.
+func (r *refCount) drop() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refs--
+	return r.refs == 0
+}
+
+func (r *refCount) add() {
+	r.mu.Lock()
+	r.refs++
+	r.mu.Unlock()
+}
+
+// Decode unmarshals the payload into v.
+func (r *Request) Decode(v any) error { return json.Unmarshal(r.Payload, v) }
+
+// Reply answers the call with outcome (any JSON object value). It reports
+// routed=false when the caller has detached; a second reply fails with
+// CALL_GONE.
+func (r *Request) Reply(ctx context.Context, outcome any) (bool, error) {
+	return replyTo(ctx, r, outcome)
+}
+
+func replyTo(ctx context.Context, r *Request, outcome any) (bool, error) {
+	raw, err := encodePayload(outcome)
+	if err != nil {
+		return false, err
+	}
+	var ok wire.Routed
+	err = r.c.roundTrip(ctx, wire.OpRPCReply, &wire.Reply{CallID: r.CallID,
+		RequestDeliveryID: r.DeliveryID, Outcome: raw}, &ok, nil)
+	if err != nil {
+		return false, err
+	}
+	r.mu.Lock()
+	r.replied = true
+	r.mu.Unlock()
+	return ok.Routed, nil
+}
+
+// Responder returns a handle that can reply after the Request is closed.
+// Close it when done; the last of Request and Responders to close without
+// a reply releases the call (the caller sees CALL_GONE, dispatched).
+func (r *Request) Responder() *Responder {
+	r.cap.add()
+	return &Responder{r: r}
+}
+
+// Close consumes the delivery and drops this handle's reply capability.
+// Idempotent.
+func (r *Request) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	r.mu.Unlock()
+	if r.guard.drop() {
+		r.c.consume(r.DeliveryID)
+	}
+	r.dropCap()
+	return nil
+}
+
+func (r *Request) dropCap() {
+	if !r.cap.drop() {
+		return
+	}
+	r.mu.Lock()
+	replied := r.replied
+	r.mu.Unlock()
+	if !replied {
+		r.c.fireAndForget(wire.OpRPCResponderRelease, &wire.ResponderRelease{CallID: r.CallID, RequestDeliveryID: r.DeliveryID})
+	}
+}
+
+// Responder keeps the right to reply to a request.
+type Responder struct {
+	r    *Request
+	once sync.Once
+}
+
+// Reply answers the call; see Request.Reply.
+func (p *Responder) Reply(ctx context.Context, outcome any) (bool, error) {
+	return replyTo(ctx, p.r, outcome)
+}
+
+// Close drops this responder's capability. Idempotent.
+func (p *Responder) Close() error {
+	p.once.Do(p.r.dropCap)
+	return nil
+}
+
+// Result is a call's outcome. Close it to consume the result delivery.
+type Result struct {
+	c                  *Client
+	CallID             wire.CallID
+	DeliveryID         wire.DeliveryID
+	Responder          wire.Identity
+	ServiceIncarnation wire.ServiceInc
+	Outcome            wire.RawJSON
+	once               sync.Once
+}
+
+// Decode unmarshals the outcome into v.
+func (r *Result) Decode(v any) error { return json.Unmarshal(r.Outcome, v) }
+
+// Close consumes the result delivery. Idempotent.
+func (r *Result) Close() error {
+	r.once.Do(func() { r.c.consume(r.DeliveryID) })
+	return nil
+}
+
+// PendingCall is an admitted call awaiting its one terminal outcome.
+type PendingCall struct {
+	c           *Client
+	id          wire.CallID
+	incarnation wire.ServiceInc
+
+	done    chan struct{}
+	once    sync.Once
+	mu      sync.Mutex
+	res     *Result
+	err     error
+	taken   bool // Result returned res to the user
+	abandon bool // Close before the result: consume it on arrival
+}
+
+// CallID and Incarnation identify the admitted call.
+func (p *PendingCall) CallID() wire.CallID          { return p.id }
+func (p *PendingCall) Incarnation() wire.ServiceInc { return p.incarnation }
+
+func (p *PendingCall) finish(res *Result, err error) {
+	delivered := false
+	p.once.Do(func() {
+		p.mu.Lock()
+		p.res, p.err = res, err
+		abandon := p.abandon
+		p.mu.Unlock()
+		close(p.done)
+		delivered = !abandon
+	})
+	if !delivered && res != nil {
+		res.Close()
+	}
+}
+
+// Result waits for the outcome. It is safe to call again after ctx expires.
+func (p *PendingCall) Result(ctx context.Context) (*Result, error) {
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.res != nil {
+		p.taken = true
+	}
+	return p.res, p.err
+}
+
+// Cancel asks the router to cancel the call and returns its state. After
+// any state but Completed, Result fails with CALL_GONE.
+func (p *PendingCall) Cancel(ctx context.Context) (wire.CancelState, error) {
+	var ok wire.CancelOK
+	if err := p.c.roundTrip(ctx, wire.OpRPCCancel, &wire.Cancel{CallID: p.id}, &ok, nil); err != nil {
+		return 0, err
+	}
+	if ok.State != wire.Completed {
+		p.c.mu.Lock()
+		if p.c.calls[p.id] == p {
+			delete(p.c.calls, p.id)
+		}
+		p.c.mu.Unlock()
+		disp := wire.DispatchUnknown
+		if ok.State == wire.CancelledBeforeDispatch {
+			disp = wire.NotDispatched
+		}
+		p.finish(nil, &wire.BusError{Code: wire.ErrCallGone, Dispatch: disp, Message: "call cancelled: " + ok.State.String()})
+	}
+	return ok.State, nil
+}
+
+// Close abandons the call: an unfinished call gets a best-effort cancel and
+// any result that still arrives is consumed. A result already returned by
+// Result is the caller's to Close. Idempotent.
+func (p *PendingCall) Close() error {
+	p.mu.Lock()
+	p.abandon = true
+	res, taken := p.res, p.taken
+	p.mu.Unlock()
+	select {
+	case <-p.done:
+		if res != nil && !taken {
+			res.Close()
+		}
+	default:
+		p.c.fireAndForget(wire.OpRPCCancel, &wire.Cancel{CallID: p.id})
+	}
+	return nil
+}
+
+// Call admits a call to target. pin, when nonzero, is the service
+// incarnation the call must reach (TARGET_CHANGED otherwise). payload is
+// any JSON-object value, or RawJSON.
+func (c *Client) Call(ctx context.Context, target string, pin wire.ServiceInc, method string, payload any) (*PendingCall, error) {
+	raw, err := encodePayload(payload)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.nextCall++
+	id := wire.CallID(c.nextCall)
+	p := &PendingCall{c: c, id: id, done: make(chan struct{})}
+	// Results can arrive right after admission: register first.
+	c.calls[id] = p
+	c.mu.Unlock()
+	body := &wire.Call{CallID: id, Target: target, Method: method, Payload: raw}
+	if pin != 0 {
+		body.ExpectedIncarnation = wire.Some(pin)
+	}
+	var ok wire.CallOK
+	err = c.roundTrip(ctx, wire.OpRPCCall, body, &ok, func(err error) {
+		if err == nil { // admitted after the caller gave up
+			p.Close()
+		}
+	})
+	if err != nil {
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			c.mu.Lock()
+			delete(c.calls, id)
+			c.mu.Unlock()
+		} else {
+			p.mu.Lock()
+			p.abandon = true
+			p.mu.Unlock()
+		}
+		return nil, err
+	}
+	p.incarnation = ok.ServiceIncarnation
+	return p, nil
+}
+
+// CallAndWait calls and waits for the result. If ctx ends first the call is
+// abandoned (best-effort cancel) and ctx's error returned.
+func (c *Client) CallAndWait(ctx context.Context, target string, pin wire.ServiceInc, method string, payload any) (*Result, error) {
+	p, err := c.Call(ctx, target, pin, method, payload)
+	if err != nil {
+		return nil, err
+	}
+	res, err := p.Result(ctx)
+	if err != nil {
+		p.Close()
+	}
+	return res, err
+}
+
+func (c *Client) onResult(r *wire.Result) error {
+	c.mu.Lock()
+	p := c.calls[r.CallID]
+	delete(c.calls, r.CallID)
+	c.mu.Unlock()
+	res := &Result{c: c, CallID: r.CallID, DeliveryID: r.DeliveryID, Responder: r.Responder,
+		ServiceIncarnation: r.ServiceIncarnation, Outcome: r.Outcome.Clone()}
+	if p == nil {
+		res.Close() // nobody waits: consume it
+		return nil
+	}
+	p.finish(res, nil)
+	return nil
+}

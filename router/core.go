@@ -1,0 +1,360 @@
+package router
+
+import (
+	"github.com/flybus/flybus/wire"
+)
+
+// core is the routing state machine. It has no goroutines, no I/O, no clock
+// and no lock of its own: the Router serializes every call into it with one
+// mutex. Inputs are decoded commands and connection events; outputs are
+// items queued on connections' lanes (pulled by their writers) and the set
+// of connections whose writers must wake.
+//
+// Admission is all or nothing: every handler validates and reserves before
+// it changes anything, so a refused command leaves the state as it was.
+type core struct {
+	limits   wire.Limits
+	policy   Policy
+	routerID wire.RouterID
+	storeID  wire.StoreID
+
+	conns    map[wire.ConnID]*conn
+	clients  map[string]*clientRec
+	services map[string]*service
+
+	nextConn, nextSvc uint64
+	pending           int // accepted connections that have not completed hello
+
+	// dirty lists connections whose writers have new output; the shell
+	// drains it after each step.
+	dirty []*conn
+
+	stats counters
+	buf   []byte // scratch for encoding reply and notice bodies
+}
+
+// clientRec remembers a client id's last incarnation (never reusable) and
+// its live connection, if any.
+type clientRec struct {
+	lastIncarnation string
+	live            *conn
+}
+
+// counters are the cumulative figures; gauges are computed in stats().
+type counters struct {
+	connectionsTotal uint64
+	callsTotal       uint64
+	refusals         [32]uint64 // by wire.ErrorCode
+	protocolCloses   uint64
+	controlOverflows uint64
+}
+
+func newCore(l wire.Limits, p Policy, rid wire.RouterID, sid wire.StoreID) *core {
+	return &core{
+		limits: l, policy: p, routerID: rid, storeID: sid,
+		conns:    map[wire.ConnID]*conn{},
+		clients:  map[string]*clientRec{},
+		services: map[string]*service{},
+	}
+}
+
+func (k *core) markDirty(c *conn) {
+	if !c.dirty && !c.gone {
+		c.dirty = true
+		k.dirty = append(k.dirty, c)
+	}
+}
+
+// takeDirty hands the shell the connections to wake.
+func (k *core) takeDirty(dst []*conn) []*conn {
+	for _, c := range k.dirty {
+		c.dirty = false
+		dst = append(dst, c)
+	}
+	k.dirty = k.dirty[:0]
+	return dst
+}
+
+// accept registers a new transport. bound is the launcher's client id, or
+// "" for an unbound (self-asserted) transport. It fails when the router is
+// full, counting connections that have not finished hello.
+func (k *core) accept(bound string) (*conn, error) {
+	if bound == "" && !k.policy.IsOpen() {
+		return nil, wire.NewError(wire.ErrNotAuthorized, 0, "unbound transports need an open policy")
+	}
+	if len(k.conns) >= k.limits.MaxClients {
+		k.stats.refusals[wire.ErrQuotaExceeded]++
+		return nil, wire.NewError(wire.ErrQuotaExceeded, 0, "maxClients connections already open")
+	}
+	k.nextConn++
+	c := newConn(wire.ConnID(k.nextConn), bound)
+	k.conns[c.id] = c
+	k.pending++
+	k.stats.connectionsTotal++
+	return c, nil
+}
+
+// handle runs one decoded command from c. decErr is the body-level error
+// Decode already found, if any.
+func (k *core) handle(c *conn, env *wire.Envelope, decErr *wire.BusError) {
+	if c.closing {
+		return
+	}
+	if env.Kind != wire.KindCommand {
+		k.violation(c, "clients send commands only")
+		return
+	}
+	if c.anyCmd && env.ID <= c.lastCmd {
+		k.violation(c, "command ids must increase")
+		return
+	}
+	c.anyCmd, c.lastCmd = true, env.ID
+	if !c.helloDone {
+		if env.Op != wire.OpHello {
+			k.violation(c, "the first command must be bus.hello")
+			return
+		}
+		if decErr != nil {
+			k.refuse(c, env, decErr)
+			return
+		}
+		k.hello(c, env)
+		return
+	}
+	if env.Major != wire.Major || env.Minor != wire.Minor {
+		k.violation(c, "envelopes after hello must be version 1.0")
+		return
+	}
+	if env.Op == wire.OpHello {
+		k.violation(c, "second bus.hello")
+		return
+	}
+	if decErr != nil {
+		k.refuse(c, env, decErr)
+		return
+	}
+	var err *wire.BusError
+	switch env.Op {
+	case wire.OpServiceRegister:
+		err = k.opRegister(c, env)
+	case wire.OpServiceUnregister:
+		err = k.opUnregister(c, env)
+	case wire.OpRPCCall:
+		err = k.opCall(c, env)
+	case wire.OpRPCReply:
+		err = k.opReply(c, env)
+	case wire.OpRPCCancel:
+		err = k.opCancel(c, env)
+	case wire.OpRPCResponderRelease:
+		err = k.opResponderRelease(c, env)
+	case wire.OpDeliveryConsumed:
+		err = k.opConsumed(c, env)
+	default:
+		err = wire.NewError(wire.ErrInvalidEnvelope, 0, "%s is not supported by this router yet", env.Op)
+	}
+	if err != nil {
+		k.refuse(c, env, err)
+	}
+}
+
+// reply queues {ok:true, value} answering env.
+func (k *core) reply(c *conn, env *wire.Envelope, v wire.Body) {
+	rb := wire.ReplyBody{Value: v}
+	k.buf = rb.AppendJSON(k.buf[:0])
+	k.pushControl(c, wire.KindReply, env.Op, wire.Some(wire.MsgID(env.ID)), k.buf, false)
+}
+
+// refuse queues {ok:false, error} answering env.
+func (k *core) refuse(c *conn, env *wire.Envelope, e *wire.BusError) {
+	if int(e.Code) < len(k.stats.refusals) {
+		k.stats.refusals[e.Code]++
+	}
+	rb := wire.ReplyBody{Err: e}
+	k.buf = rb.AppendJSON(k.buf[:0])
+	k.pushControl(c, wire.KindReply, env.Op, wire.Some(wire.MsgID(env.ID)), k.buf, false)
+}
+
+// notice queues a notice body on c's control lane.
+func (k *core) notice(c *conn, op wire.Op, b wire.Body) {
+	k.buf = b.AppendJSON(k.buf[:0])
+	k.pushControl(c, wire.KindNotice, op, wire.Opt[wire.MsgID]{}, k.buf, false)
+}
+
+// pushControl copies body onto the control lane, closing the connection
+// when the lane's bounds are exhausted: losing a reply or notice silently
+// would break the control plane, so the client goes instead.
+func (k *core) pushControl(c *conn, kind wire.EnvKind, op wire.Op, replyTo wire.Opt[wire.MsgID], body []byte, last bool) {
+	if c.closing || c.gone {
+		return
+	}
+	cost := len(body) + controlOverhead
+	if !last && (len(c.control)+1 > k.limits.MaxControlFrames || uint64(c.controlBytes+cost) > k.limits.MaxControlBytes) {
+		k.stats.controlOverflows++
+		k.closeConn(c, wire.ErrBackpressure, "control lane exhausted: the client is not reading")
+		return
+	}
+	c.control = append(c.control, outItem{kind: kind, op: op, replyTo: replyTo,
+		body: append([]byte(nil), body...), closeAfter: last})
+	c.controlBytes += cost
+	k.markDirty(c)
+}
+
+// controlOverhead approximates an envelope's framing around its body.
+const controlOverhead = 160
+
+// violation closes c after a frame- or envelope-level error.
+func (k *core) violation(c *conn, msg string) {
+	k.stats.protocolCloses++
+	k.closeConn(c, wire.ErrInvalidEnvelope, msg)
+}
+
+// closeConn sends connection.closing and releases everything c held. The
+// writer sends what is queued on the control lane, the closing notice last,
+// then closes the transport.
+func (k *core) closeConn(c *conn, code wire.ErrorCode, msg string) {
+	if c.closing || c.gone {
+		return
+	}
+	cc := wire.ConnectionClosing{Code: code, Message: msg}
+	k.buf = cc.AppendJSON(k.buf[:0])
+	k.pushControl(c, wire.KindNotice, wire.OpConnectionClosing, wire.Opt[wire.MsgID]{}, k.buf, true)
+	c.closing = true
+	k.release(c)
+}
+
+// drop handles a transport that ended or failed: nothing more can be sent.
+func (k *core) drop(c *conn) {
+	if c.gone {
+		return
+	}
+	if !c.closing {
+		c.closing = true
+		k.release(c)
+	}
+	c.gone = true
+	c.control, c.results = nil, nil
+	delete(k.conns, c.id)
+}
+
+// release undoes everything a connection held: its services (failing their
+// calls), its calls as a caller (detaching them), its roots. Retained topic
+// values stay with the router.
+func (k *core) release(c *conn) {
+	if !c.helloDone {
+		k.pending--
+	} else if rec := k.clients[c.ident.ClientID]; rec != nil && rec.live == c {
+		rec.live = nil
+	}
+	for _, s := range c.services {
+		k.removeService(s, "disconnected", true)
+	}
+	c.services = nil
+	k.detachCaller(c)
+	k.releaseServiceSide(c)
+}
+
+func (k *core) hello(c *conn, env *wire.Envelope) {
+	var h wire.Hello
+	if err := env.DecodeBody(&h); err != nil {
+		k.refuse(c, env, err.(*wire.BusError))
+		return
+	}
+	fail := func(code wire.ErrorCode, msg string) {
+		k.refuse(c, env, wire.NewError(code, 0, "%s", msg))
+		k.closeConn(c, code, msg)
+	}
+	major := false
+	for _, m := range h.SupportedMajors {
+		major = major || m == wire.Major
+	}
+	if !major {
+		fail(wire.ErrVersionMismatch, "this router speaks flybus major 1 only")
+		return
+	}
+	if c.bound != "" && c.bound != h.ClientID {
+		fail(wire.ErrNotAuthorized, "this endpoint is bound to another client id")
+		return
+	}
+	g, ok := k.policy.grants(h.ClientID)
+	if !ok {
+		fail(wire.ErrNotAuthorized, "client id not admitted by the policy")
+		return
+	}
+	rec := k.clients[h.ClientID]
+	if rec != nil && rec.live != nil {
+		fail(wire.ErrConflict, "client id already has a live connection")
+		return
+	}
+	if rec != nil && rec.lastIncarnation == h.ClientIncarnation {
+		fail(wire.ErrNotAuthorized, "client incarnation already used; reconnect with a new one")
+		return
+	}
+	if rec == nil {
+		rec = &clientRec{}
+		k.clients[h.ClientID] = rec
+	}
+	rec.lastIncarnation, rec.live = h.ClientIncarnation, c
+	c.helloDone = true
+	k.pending--
+	c.ident = wire.Identity{ClientID: h.ClientID, ClientIncarnation: h.ClientIncarnation}
+	c.grants = g
+	k.reply(c, env, &wire.HelloOK{
+		RouterID: k.routerID, ConnectionID: c.id, SelectedMajor: wire.Major, SelectedMinor: wire.Minor,
+		ContractDigest: wire.ContractDigestValue(), Limits: k.limits,
+	})
+}
+
+// Stats is a snapshot of the router's registries and counters.
+type Stats struct {
+	Connections       int
+	PendingHello      int
+	Services          int
+	Topics            int
+	Subscriptions     int
+	Calls             int // correlation records, detached included
+	ActiveCalls       int // calls holding a caller's active-call slot
+	Artifacts         int
+	SealedArtifacts   int
+	ArtifactRoots     int
+	Owners            int
+	ReplyCapabilities int
+	Queued            int // items waiting on any lane or service queue
+	StoreBytes        uint64
+	RetainedBytes     uint64
+
+	ConnectionsTotal uint64
+	CallsTotal       uint64
+	ProtocolCloses   uint64
+	ControlOverflows uint64
+	Refusals         map[string]uint64 // by error code
+}
+
+func (k *core) snapshot() Stats {
+	s := Stats{
+		Connections: len(k.conns), PendingHello: k.pending, Services: len(k.services),
+		ConnectionsTotal: k.stats.connectionsTotal, CallsTotal: k.stats.callsTotal,
+		ProtocolCloses: k.stats.protocolCloses, ControlOverflows: k.stats.controlOverflows,
+		Refusals: map[string]uint64{},
+	}
+	for _, c := range k.conns {
+		s.Calls += len(c.calls)
+		s.ActiveCalls += len(c.calls)
+		for _, cl := range c.caps {
+			if cl.caller == nil {
+				s.Calls++ // detached, still correlated by the service's capability
+			}
+		}
+		s.Owners += c.owners()
+		s.ReplyCapabilities += len(c.caps)
+		s.Queued += len(c.control) + len(c.results)
+	}
+	for _, svc := range k.services {
+		s.Queued += len(svc.queue)
+	}
+	for code, n := range k.stats.refusals {
+		if n > 0 {
+			s.Refusals[wire.ErrorCode(code).String()] = n
+		}
+	}
+	return s
+}

@@ -1,0 +1,153 @@
+package router_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/internal/leakcheck"
+	"github.com/flybus/flybus/router"
+	"github.com/flybus/flybus/wire"
+)
+
+// harness runs one router and dials it over one transport. Every
+// integration test runs through forEachTransport, so the in-memory and the
+// Unix-socket transports pass the same tests through the same router code.
+type harness struct {
+	t      *testing.T
+	r      *router.Router
+	unix   bool
+	dir    string
+	socket string            // unbound listener path (open policy only)
+	bound  map[string]string // client id -> bound listener path
+}
+
+// open is the configuration most tests use: a trusted deployment.
+func open() router.Config { return router.Config{Policy: router.OpenPolicy()} }
+
+func forEachTransport(t *testing.T, cfg router.Config, fn func(t *testing.T, h *harness)) {
+	for _, unix := range []bool{false, true} {
+		name := "memory"
+		if unix {
+			name = "unix"
+		}
+		t.Run(name, func(t *testing.T) {
+			base := leakcheck.Goroutines()
+			fdBase, _ := leakcheck.FDs()
+			h := newHarness(t, cfg, unix)
+			fn(t, h)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := h.r.Shutdown(ctx); err != nil {
+				t.Errorf("shutdown: %v", err)
+			}
+			leakcheck.WaitGoroutines(t, base)
+			if fds, _ := leakcheck.FDs(); fds > fdBase {
+				t.Errorf("descriptors: %d before, %d after", fdBase, fds)
+			}
+		})
+	}
+}
+
+func newHarness(t *testing.T, cfg router.Config, unix bool) *harness {
+	r, err := router.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, r: r, unix: unix, dir: t.TempDir(), bound: map[string]string{}}
+	if unix && cfg.Policy.IsOpen() {
+		h.socket = filepath.Join(h.dir, "open.sock")
+		if _, err := r.ListenUnix(h.socket); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return h
+}
+
+// conn returns a raw transport to the router, bound to id when id != "".
+func (h *harness) conn(id string) net.Conn {
+	h.t.Helper()
+	if !h.unix {
+		var nc net.Conn
+		var err error
+		if id == "" {
+			nc, err = h.r.ConnectInMemory()
+		} else {
+			nc, err = h.r.ConnectInMemoryAs(id)
+		}
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		return nc
+	}
+	path := h.socket
+	if id != "" {
+		path = h.bound[id]
+		if path == "" {
+			path = filepath.Join(h.dir, id+".sock")
+			if _, err := h.r.ListenUnixAs(path, id); err != nil {
+				h.t.Fatal(err)
+			}
+			h.bound[id] = path
+		}
+	}
+	nc, err := net.Dial("unix", path)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return nc
+}
+
+// dial connects an SDK client over an unbound transport.
+func (h *harness) dial(id string) *client.Client {
+	h.t.Helper()
+	c, err := client.Connect(ctxT(h.t), h.conn(""), client.Config{ClientID: id})
+	if err != nil {
+		h.t.Fatalf("connect %s: %v", id, err)
+	}
+	h.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// code extracts a bus error code, failing the test when err is not one.
+func code(t *testing.T, err error) wire.ErrorCode {
+	t.Helper()
+	var be *wire.BusError
+	if !errors.As(err, &be) {
+		t.Fatalf("want a *wire.BusError, got %v", err)
+	}
+	return be.Code
+}
+
+func dispatchOf(t *testing.T, err error) wire.Dispatch {
+	t.Helper()
+	var be *wire.BusError
+	if !errors.As(err, &be) {
+		t.Fatalf("want a *wire.BusError, got %v", err)
+	}
+	return be.Dispatch
+}
+
+// waitFor polls cond, yielding between checks, until it holds or the test's
+// deadline passes. It is for router-internal effects that emit no frame
+// (a credit returning), never a substitute for waiting on a reply.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -1,0 +1,186 @@
+package router
+
+import "github.com/flybus/flybus/wire"
+
+// conn is one connection's state inside the core. Its outbound lanes are
+// pulled by the connection's writer under the router lock:
+//
+//  1. control: replies and notices, bounded by maxControlFrames/Bytes;
+//  2. rpc: results for this client and requests for its services, taking
+//     turns, services round robin;
+//  3. topic: subscription messages (not built yet).
+//
+// Topic frames will get one turn after 16 higher-priority frames (highStreak
+// counts them), so a busy control plane cannot starve them entirely.
+type conn struct {
+	id    wire.ConnID
+	bound string // launcher-bound client id, or "" when unbound
+
+	helloDone bool
+	ident     wire.Identity
+	grants    Grants
+	anyCmd    bool
+	lastCmd   uint64
+	anyCall   bool
+	callWM    wire.CallID
+	dlvNext   uint64 // next delivery serial; everything below was issued
+	busNext   uint64 // next router envelope serial
+
+	closing bool // no further input is processed; the writer ends after the control lane
+	gone    bool // the transport is finished
+	dirty   bool // queued on core.dirty
+
+	control      []outItem
+	controlBytes int
+	results      []*call
+	services     []*service
+	rr           int  // next service to consider for dispatch
+	resultsTurn  bool // results and requests alternate
+	highStreak   int  // higher-priority frames since the last topic frame
+	calls        map[wire.CallID]*call
+	dlvs         map[wire.DeliveryID]dlvRef
+	caps         map[wire.DeliveryID]*call // reply capabilities by request delivery
+	closeWritten bool
+}
+
+// dlvRef is what a delivery id of this connection roots.
+type dlvRef struct {
+	call   *call
+	result bool // the caller's result delivery, not a service's request
+}
+
+// outItem is a pre-encoded reply or notice.
+type outItem struct {
+	kind       wire.EnvKind
+	op         wire.Op
+	replyTo    wire.Opt[wire.MsgID]
+	body       []byte
+	closeAfter bool
+}
+
+func newConn(id wire.ConnID, bound string) *conn {
+	return &conn{id: id, bound: bound, dlvNext: 1, busNext: 1,
+		calls: map[wire.CallID]*call{}, dlvs: map[wire.DeliveryID]dlvRef{}, caps: map[wire.DeliveryID]*call{}}
+}
+
+// owners counts the roots and capabilities the connection holds against
+// maxOwnersPerClient.
+func (c *conn) owners() int { return len(c.dlvs) + len(c.caps) }
+
+// frame is one envelope ready to encode outside the lock. Everything it
+// references is immutable once pulled.
+type frame struct {
+	hdr        wire.Header
+	raw        wire.RawJSON
+	req        wire.Request
+	res        wire.Result
+	closeAfter bool
+}
+
+func (f *frame) body() wire.Body {
+	switch f.hdr.Op {
+	case wire.OpRPCRequest:
+		return &f.req
+	case wire.OpRPCResult:
+		return &f.res
+	}
+	return f.raw
+}
+
+// pull moves up to cap(dst)-len(dst) frames off c's lanes in write order,
+// assigning router envelope ids as it goes so they increase on the wire.
+// Dispatching a request happens here: this is the moment its bytes are
+// about to reach the service.
+func (k *core) pull(c *conn, dst []frame) []frame {
+	for len(dst) < cap(dst) && !c.closeWritten {
+		f, ok := k.next(c)
+		if !ok {
+			break
+		}
+		f.hdr.ID = c.busNext
+		c.busNext++
+		dst = append(dst, f)
+		if f.closeAfter {
+			c.closeWritten = true
+		}
+	}
+	return dst
+}
+
+func (k *core) next(c *conn) (frame, bool) {
+	if len(c.control) > 0 {
+		it := c.control[0]
+		c.control[0] = outItem{}
+		c.control = c.control[1:]
+		c.controlBytes -= len(it.body) + controlOverhead
+		c.highStreak++
+		return frame{hdr: wire.Header{Kind: it.kind, Op: it.op, ReplyTo: it.replyTo}, raw: it.body, closeAfter: it.closeAfter}, true
+	}
+	if c.closing {
+		return frame{}, false
+	}
+	// RPC lane: results and requests take turns.
+	for range 2 {
+		c.resultsTurn = !c.resultsTurn
+		if c.resultsTurn {
+			if f, ok := k.nextResult(c); ok {
+				c.highStreak++
+				return f, true
+			}
+		} else if f, ok := k.nextRequest(c); ok {
+			c.highStreak++
+			return f, true
+		}
+	}
+	return frame{}, false
+}
+
+func (k *core) nextResult(c *conn) (frame, bool) {
+	if len(c.results) == 0 {
+		return frame{}, false
+	}
+	cl := c.results[0]
+	c.results[0] = nil
+	c.results = c.results[1:]
+	d := wire.DeliveryID(c.dlvNext)
+	c.dlvNext++
+	cl.resDlv = d
+	c.dlvs[d] = dlvRef{call: cl, result: true}
+	return frame{hdr: wire.Header{Kind: wire.KindDelivery, Op: wire.OpRPCResult},
+		res: wire.Result{DeliveryID: d, CallID: cl.id, Responder: cl.responder,
+			ServiceIncarnation: cl.svc.inc, Outcome: cl.outcome}}, true
+}
+
+// nextRequest dispatches the head of the next service queue, round robin,
+// that has an in-flight credit and owner room (a request root and a reply
+// capability) on this connection.
+func (k *core) nextRequest(c *conn) (frame, bool) {
+	n := len(c.services)
+	if n == 0 || c.owners()+2 > k.limits.MaxOwnersPerClient {
+		return frame{}, false
+	}
+	for i := range n {
+		s := c.services[(c.rr+i)%n]
+		if len(s.queue) == 0 || s.inflight >= s.maxInFlight {
+			continue
+		}
+		c.rr = (c.rr + i + 1) % n
+		cl := s.queue[0]
+		s.queue[0] = nil
+		s.queue = s.queue[1:]
+		d := wire.DeliveryID(c.dlvNext)
+		c.dlvNext++
+		cl.state, cl.reqDlv = callDispatched, d
+		s.inflight++
+		c.dlvs[d] = dlvRef{call: cl}
+		c.caps[d] = cl
+		var caller wire.Identity
+		if cl.caller != nil {
+			caller = cl.caller.ident
+		}
+		return frame{hdr: wire.Header{Kind: wire.KindDelivery, Op: wire.OpRPCRequest},
+			req: wire.Request{DeliveryID: d, CallID: cl.id, Caller: caller, Target: s.name,
+				ServiceIncarnation: s.inc, Method: cl.method, Payload: cl.payload}}, true
+	}
+	return frame{}, false
+}

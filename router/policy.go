@@ -1,0 +1,136 @@
+package router
+
+import "strings"
+
+// Pattern matches service or topic names: any name, one exact name, or every
+// name starting with a prefix.
+type Pattern struct {
+	kind  uint8 // patAny, patExact, patPrefix
+	value string
+}
+
+const (
+	patAny = iota + 1
+	patExact
+	patPrefix
+)
+
+// Any matches every name.
+func Any() Pattern { return Pattern{kind: patAny} }
+
+// Exact matches one name.
+func Exact(name string) Pattern { return Pattern{kind: patExact, value: name} }
+
+// Prefix matches every name that starts with p ("agent." matches
+// "agent.fly-a").
+func Prefix(p string) Pattern { return Pattern{kind: patPrefix, value: p} }
+
+// ParsePattern reads the configuration spelling: "*" is Any, "x.*" is
+// Prefix("x."), anything else is Exact.
+func ParsePattern(s string) Pattern {
+	switch {
+	case s == "*":
+		return Any()
+	case strings.HasSuffix(s, "*"):
+		return Prefix(strings.TrimSuffix(s, "*"))
+	}
+	return Exact(s)
+}
+
+// Match reports whether the pattern admits name.
+func (p Pattern) Match(name string) bool {
+	switch p.kind {
+	case patAny:
+		return true
+	case patExact:
+		return name == p.value
+	case patPrefix:
+		return strings.HasPrefix(name, p.value)
+	}
+	return false
+}
+
+func (p Pattern) String() string {
+	switch p.kind {
+	case patAny:
+		return "*"
+	case patPrefix:
+		return p.value + "*"
+	}
+	return p.value
+}
+
+// Grants lists what one client may do. An empty list grants nothing.
+type Grants struct {
+	Register     []Pattern
+	Call         []Pattern
+	Publish      []Pattern
+	Subscribe    []Pattern
+	ManageTopics []Pattern // topic.declare, topic.clear, topic.delete
+}
+
+// AllGrants grants everything.
+func AllGrants() Grants {
+	a := []Pattern{Any()}
+	return Grants{Register: a, Call: a, Publish: a, Subscribe: a, ManageTopics: a}
+}
+
+func matchAny(ps []Pattern, name string) bool {
+	for _, p := range ps {
+		if p.Match(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// Policy decides who may connect and what each client may do.
+type Policy struct {
+	open    bool
+	clients map[string]Grants
+	dflt    *Grants
+}
+
+// OpenPolicy admits any client id with every grant, and is the only policy
+// under which unbound (self-asserted) transports are allowed: a trusted or
+// test deployment.
+func OpenPolicy() Policy { return Policy{open: true} }
+
+// ClosedPolicy admits only the clients added with Client.
+func ClosedPolicy() Policy { return Policy{clients: map[string]Grants{}} }
+
+// Client returns a copy of the policy that admits id with grants.
+func (p Policy) Client(id string, g Grants) Policy {
+	m := make(map[string]Grants, len(p.clients)+1)
+	for k, v := range p.clients {
+		m[k] = v
+	}
+	m[id] = g
+	p.clients = m
+	return p
+}
+
+// WithDefault returns a copy that admits unlisted ids with g (nil: refuse
+// them).
+func (p Policy) WithDefault(g *Grants) Policy {
+	p.dflt = g
+	return p
+}
+
+// IsOpen reports whether unbound transports are permitted.
+func (p Policy) IsOpen() bool { return p.open }
+
+// grants returns the grants of a client id, and false when it may not
+// connect at all.
+func (p Policy) grants(id string) (Grants, bool) {
+	if p.open {
+		return AllGrants(), true
+	}
+	if g, ok := p.clients[id]; ok {
+		return g, true
+	}
+	if p.dflt != nil {
+		return *p.dflt, true
+	}
+	return Grants{}, false
+}

@@ -1,0 +1,285 @@
+package router
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/flybus/flybus/wire"
+)
+
+// Config configures a Router. The zero Limits means wire.DefaultLimits().
+type Config struct {
+	Limits       wire.Limits
+	Policy       Policy
+	HelloTimeout time.Duration // default 5 s
+	Logger       *slog.Logger  // default: discard
+}
+
+// Router is an embeddable flybus router. All of its methods are safe for
+// concurrent use.
+type Router struct {
+	cfg      Config
+	routerID wire.RouterID
+	storeID  wire.StoreID
+
+	mu        sync.Mutex // serializes the core
+	core      *core
+	shells    map[*conn]*shell
+	listeners map[*Listener]struct{}
+	shutdown  bool
+	wg        sync.WaitGroup // every connection and listener goroutine
+}
+
+// ErrClosed is returned by entry points after Shutdown.
+var ErrClosed = errors.New("flybus: router is shut down")
+
+// New validates cfg and returns a running router with no transports yet.
+func New(cfg Config) (*Router, error) {
+	if cfg.Limits == (wire.Limits{}) {
+		cfg.Limits = wire.DefaultLimits()
+	}
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Policy.clients == nil && !cfg.Policy.open && cfg.Policy.dflt == nil {
+		cfg.Policy = ClosedPolicy()
+	}
+	if cfg.HelloTimeout <= 0 {
+		cfg.HelloTimeout = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	var tag [8]byte
+	if _, err := rand.Read(tag[:]); err != nil {
+		return nil, err
+	}
+	t := binary.LittleEndian.Uint64(tag[:])
+	r := &Router{cfg: cfg, routerID: wire.RouterID(t), storeID: wire.StoreID(t),
+		shells: map[*conn]*shell{}, listeners: map[*Listener]struct{}{}}
+	r.core = newCore(cfg.Limits, cfg.Policy, r.routerID, r.storeID)
+	return r, nil
+}
+
+// RouterID is this incarnation's router id.
+func (r *Router) RouterID() wire.RouterID { return r.routerID }
+
+// StoreID is this incarnation's store id (same tag as the router id).
+func (r *Router) StoreID() wire.StoreID { return r.storeID }
+
+// Stats returns a snapshot of the registries and counters.
+func (r *Router) Stats() Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.core.snapshot()
+}
+
+// Serve runs the protocol on an unbound transport: the client asserts its
+// own identity, which only an open policy accepts. Serve returns at once;
+// the connection runs until either side closes it.
+func (r *Router) Serve(nc net.Conn) error { return r.serve(nc, "") }
+
+// ServeAs runs the protocol on a transport the launcher bound to clientID;
+// a Hello naming anyone else is refused before any registration.
+func (r *Router) ServeAs(nc net.Conn, clientID string) error {
+	if !wire.ValidID(clientID) {
+		return errors.New("flybus: invalid client id " + clientID)
+	}
+	return r.serve(nc, clientID)
+}
+
+// ConnectInMemory returns the client end of an in-memory transport served
+// unbound.
+func (r *Router) ConnectInMemory() (net.Conn, error) { return r.connectInMemory("") }
+
+// ConnectInMemoryAs returns the client end of an in-memory transport bound
+// to clientID.
+func (r *Router) ConnectInMemoryAs(clientID string) (net.Conn, error) {
+	if !wire.ValidID(clientID) {
+		return nil, errors.New("flybus: invalid client id " + clientID)
+	}
+	return r.connectInMemory(clientID)
+}
+
+func (r *Router) connectInMemory(bound string) (net.Conn, error) {
+	a, b := net.Pipe()
+	if err := r.serve(a, bound); err != nil {
+		a.Close()
+		b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (r *Router) serve(nc net.Conn, bound string) error {
+	r.mu.Lock()
+	if r.shutdown {
+		r.mu.Unlock()
+		nc.Close()
+		return ErrClosed
+	}
+	c, err := r.core.accept(bound)
+	if err != nil {
+		r.mu.Unlock()
+		nc.Close()
+		return err
+	}
+	sh := &shell{r: r, c: c, nc: nc, kick: make(chan struct{}, 1)}
+	r.shells[c] = sh
+	r.wg.Add(2)
+	r.mu.Unlock()
+	sh.helloTimer = time.AfterFunc(r.cfg.HelloTimeout, sh.helloExpired)
+	go sh.readLoop()
+	go sh.writeLoop()
+	return nil
+}
+
+// step runs fn on the core under the lock, then wakes every writer with new
+// output.
+func (r *Router) step(fn func(k *core)) {
+	var wake [8]*conn
+	r.mu.Lock()
+	fn(r.core)
+	dirty := r.core.takeDirty(wake[:0])
+	shells := make([]*shell, 0, len(dirty))
+	for _, c := range dirty {
+		if sh := r.shells[c]; sh != nil {
+			shells = append(shells, sh)
+			if c.closing {
+				// A peer that stopped reading must not hold the writer
+				// past the final notice.
+				_ = sh.nc.SetWriteDeadline(time.Now().Add(closeGrace))
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, sh := range shells {
+		sh.wake()
+	}
+}
+
+// Shutdown sends connection.closing to every client, stops the listeners,
+// and waits until every connection has ended or ctx expires, after which
+// the remaining transports are closed forcibly.
+func (r *Router) Shutdown(ctx context.Context) error {
+	r.mu.Lock()
+	if r.shutdown {
+		r.mu.Unlock()
+		r.wg.Wait()
+		return nil
+	}
+	r.shutdown = true
+	ls := make([]*Listener, 0, len(r.listeners))
+	for l := range r.listeners {
+		ls = append(ls, l)
+	}
+	r.mu.Unlock()
+	for _, l := range ls {
+		l.Close()
+	}
+	r.step(func(k *core) {
+		for _, c := range k.conns {
+			k.closeConn(c, wire.ErrRouterLost, "router shutting down")
+		}
+	})
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		r.mu.Lock()
+		for _, sh := range r.shells {
+			sh.nc.Close()
+		}
+		r.mu.Unlock()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// Listener accepts Unix-socket connections for a router.
+type Listener struct {
+	r     *Router
+	ln    *net.UnixListener
+	path  string
+	bound string
+	once  sync.Once
+}
+
+// ListenUnix listens on path for unbound (self-asserted) clients; the
+// router's policy must be open.
+func (r *Router) ListenUnix(path string) (*Listener, error) { return r.listenUnix(path, "") }
+
+// ListenUnixAs listens on path for one launcher-bound client id.
+func (r *Router) ListenUnixAs(path, clientID string) (*Listener, error) {
+	if !wire.ValidID(clientID) {
+		return nil, errors.New("flybus: invalid client id " + clientID)
+	}
+	return r.listenUnix(path, clientID)
+}
+
+func (r *Router) listenUnix(path, bound string) (*Listener, error) {
+	if bound == "" && !r.cfg.Policy.IsOpen() {
+		return nil, errors.New("flybus: an unbound listener needs an open policy")
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	l := &Listener{r: r, ln: ln, path: path, bound: bound}
+	r.mu.Lock()
+	if r.shutdown {
+		r.mu.Unlock()
+		ln.Close()
+		return nil, ErrClosed
+	}
+	r.listeners[l] = struct{}{}
+	r.wg.Add(1)
+	r.mu.Unlock()
+	go l.acceptLoop()
+	return l, nil
+}
+
+// Path is the socket's path.
+func (l *Listener) Path() string { return l.path }
+
+// Close stops accepting and removes the socket file.
+func (l *Listener) Close() error {
+	var err error
+	l.once.Do(func() {
+		err = l.ln.Close()
+		l.r.mu.Lock()
+		delete(l.r.listeners, l)
+		l.r.mu.Unlock()
+	})
+	return err
+}
+
+func (l *Listener) acceptLoop() {
+	defer l.r.wg.Done()
+	for {
+		nc, err := l.ln.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				l.r.cfg.Logger.Warn("accept failed", "socket", l.path, "err", err)
+			}
+			return
+		}
+		if err := l.r.serve(nc, l.bound); err != nil {
+			l.r.cfg.Logger.Info("connection refused", "socket", l.path, "err", err)
+		}
+	}
+}

@@ -1,0 +1,501 @@
+package router_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/router"
+	"github.com/flybus/flybus/wire"
+)
+
+type counterArgs struct {
+	Amount int `json:"amount"`
+}
+
+type counterResult struct {
+	Total int `json:"total"`
+}
+
+func TestHelloReportsSession(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		c := h.dial("observer")
+		info := c.Info()
+		if info.RouterID != h.r.RouterID() || info.ContractDigest != wire.ContractDigestValue() {
+			t.Fatalf("info %+v", info)
+		}
+		if info.SelectedMajor != 1 || info.SelectedMinor != 0 || info.Limits != wire.DefaultLimits() {
+			t.Fatalf("negotiated %d.%d limits %+v", info.SelectedMajor, info.SelectedMinor, info.Limits)
+		}
+		if info.ConnectionID == 0 || info.Identity.ClientID != "observer" {
+			t.Fatalf("identity %+v conn %v", info.Identity, info.ConnectionID)
+		}
+	})
+}
+
+func TestHelloRefusals(t *testing.T) {
+	cfg := router.Config{Policy: router.ClosedPolicy().Client("agent-a", router.AllGrants()).Client("agent-b", router.AllGrants())}
+	forEachTransport(t, cfg, func(t *testing.T, h *harness) {
+		// A launcher-bound endpoint refuses a Hello naming someone else.
+		_, err := client.Connect(ctxT(t), h.conn("agent-a"), client.Config{ClientID: "agent-b"})
+		if code(t, err) != wire.ErrNotAuthorized {
+			t.Fatalf("bound mismatch: %v", err)
+		}
+		// A closed policy refuses an id it does not list, even when bound.
+		_, err = client.Connect(ctxT(t), h.conn("stranger"), client.Config{ClientID: "stranger"})
+		if code(t, err) != wire.ErrNotAuthorized {
+			t.Fatalf("unlisted id: %v", err)
+		}
+		// One live connection per client id.
+		a, err := client.Connect(ctxT(t), h.conn("agent-a"), client.Config{ClientID: "agent-a", ClientIncarnation: "inc-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = client.Connect(ctxT(t), h.conn("agent-a"), client.Config{ClientID: "agent-a", ClientIncarnation: "inc-2"})
+		if code(t, err) != wire.ErrConflict {
+			t.Fatalf("second live connection: %v", err)
+		}
+		a.Close()
+		waitFor(t, "agent-a to leave", func() bool { return h.r.Stats().Connections == 0 })
+		// The last incarnation is never reused; a fresh one is fine.
+		_, err = client.Connect(ctxT(t), h.conn("agent-a"), client.Config{ClientID: "agent-a", ClientIncarnation: "inc-1"})
+		if code(t, err) != wire.ErrNotAuthorized {
+			t.Fatalf("reused incarnation: %v", err)
+		}
+		a2, err := client.Connect(ctxT(t), h.conn("agent-a"), client.Config{ClientID: "agent-a", ClientIncarnation: "inc-3"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a2.Close()
+	})
+}
+
+func TestUnboundTransportNeedsOpenPolicy(t *testing.T) {
+	r, err := router.New(router.Config{Policy: router.ClosedPolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Shutdown(context.Background())
+	if _, err := r.ConnectInMemory(); err == nil {
+		t.Fatal("unbound in-memory transport accepted under a closed policy")
+	}
+	if _, err := r.ListenUnix(t.TempDir() + "/x.sock"); err == nil {
+		t.Fatal("unbound listener accepted under a closed policy")
+	}
+}
+
+// serve answers counter calls until the service closes.
+func serveCounter(ctx context.Context, s *client.Service) {
+	total := 0
+	for {
+		req, err := s.Next(ctx)
+		if err != nil {
+			return
+		}
+		var a counterArgs
+		_ = req.Decode(&a)
+		total += a.Amount
+		_, _ = req.Reply(ctx, counterResult{Total: total})
+		req.Close()
+	}
+}
+
+func TestRequestReplyRoundTrip(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		svcClient, caller := h.dial("counter"), h.dial("caller")
+		svc, err := svcClient.Register(ctx, "example.counter", client.ServiceConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go serveCounter(ctx, svc)
+		for i, want := range []int{2, 5} {
+			res, err := caller.CallAndWait(ctx, "example.counter", svc.Incarnation(), "Counter.Increment", counterArgs{Amount: []int{2, 3}[i]})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got counterResult
+			if err := res.Decode(&got); err != nil || got.Total != want {
+				t.Fatalf("call %d: %v %+v", i, err, got)
+			}
+			if res.Responder.ClientID != "counter" || res.ServiceIncarnation != svc.Incarnation() {
+				t.Fatalf("result metadata %+v", res)
+			}
+			res.Close()
+		}
+		waitFor(t, "calls to retire", func() bool { s := h.r.Stats(); return s.Calls == 0 && s.Owners == 0 })
+		if s := h.r.Stats(); s.CallsTotal != 2 || s.Services != 1 {
+			t.Fatalf("stats %+v", s)
+		}
+	})
+}
+
+func TestRegistrationIsExclusiveAndPinned(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		a, b, caller := h.dial("a"), h.dial("b"), h.dial("caller")
+		svc, err := a.Register(ctx, "agent.fly-a", client.ServiceConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Register(ctx, "agent.fly-a", client.ServiceConfig{}); code(t, err) != wire.ErrConflict {
+			t.Fatalf("duplicate registration: %v", err)
+		}
+		old := svc.Incarnation()
+		svc.Close()
+		waitFor(t, "unregister", func() bool { return h.r.Stats().Services == 0 })
+		svc2, err := b.Register(ctx, "agent.fly-a", client.ServiceConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if svc2.Incarnation() == old {
+			t.Fatal("a new registration reused the incarnation")
+		}
+		// Pinned to the old incarnation: never routed to the replacement.
+		if _, err := caller.Call(ctx, "agent.fly-a", old, "Agent.Prepare", nil); code(t, err) != wire.ErrTargetChanged {
+			t.Fatalf("stale pin: %v", err)
+		}
+		if _, err := caller.Call(ctx, "agent.nobody", 0, "Agent.Prepare", nil); code(t, err) != wire.ErrNoService {
+			t.Fatalf("missing service: %v", err)
+		}
+	})
+}
+
+func TestFIFODispatchWithOutOfOrderCompletion(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		svcClient, caller := h.dial("env"), h.dial("caller")
+		svc, err := svcClient.Register(ctx, "env.step", client.ServiceConfig{MaxQueued: 8, MaxInFlight: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var calls []*client.PendingCall
+		for i := range 4 {
+			p, err := caller.Call(ctx, "env.step", 0, "Env.Step", counterArgs{Amount: i})
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls = append(calls, p)
+		}
+		var reqs []*client.Request
+		for i := range 4 {
+			req, err := svc.Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var a counterArgs
+			_ = req.Decode(&a)
+			if a.Amount != i {
+				t.Fatalf("dispatch %d carried %d: not FIFO", i, a.Amount)
+			}
+			reqs = append(reqs, req)
+		}
+		for i := 3; i >= 0; i-- { // answer in reverse
+			if routed, err := reqs[i].Reply(ctx, counterResult{Total: i}); err != nil || !routed {
+				t.Fatalf("reply %d: %v %v", i, routed, err)
+			}
+			reqs[i].Close()
+		}
+		for i, p := range calls {
+			res, err := p.Result(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got counterResult
+			_ = res.Decode(&got)
+			if got.Total != i || res.CallID != p.CallID() {
+				t.Fatalf("call %d got %+v", i, got)
+			}
+			res.Close()
+		}
+	})
+}
+
+func TestServiceQueueBackpressure(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		svcClient, caller := h.dial("slow"), h.dial("caller")
+		svc, err := svcClient.Register(ctx, "slow.svc", client.ServiceConfig{MaxQueued: 2, MaxInFlight: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := caller.Call(ctx, "slow.svc", 0, "M", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := svc.Next(ctx) // in flight: the next two queue
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if _, err := caller.Call(ctx, "slow.svc", 0, "M", nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, err = caller.Call(ctx, "slow.svc", 0, "M", nil)
+		if code(t, err) != wire.ErrBackpressure || dispatchOf(t, err) != wire.NotDispatched {
+			t.Fatalf("full queue: %v", err)
+		}
+		// Consuming the in-flight request returns its credit: the next one
+		// is dispatched.
+		req.Reply(ctx, nil)
+		req.Close()
+		if _, err := first.Result(ctx); err != nil {
+			t.Fatal(err)
+		}
+		req2, err := svc.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req2.Close()
+	})
+}
+
+func TestCancelStates(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		svcClient, caller := h.dial("svc"), h.dial("caller")
+		svc, err := svcClient.Register(ctx, "cancel.svc", client.ServiceConfig{MaxQueued: 4, MaxInFlight: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dispatched, _ := caller.Call(ctx, "cancel.svc", 0, "M", nil)
+		queued, _ := caller.Call(ctx, "cancel.svc", 0, "M", nil)
+		req, err := svc.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err := queued.Cancel(ctx); err != nil || st != wire.CancelledBeforeDispatch {
+			t.Fatalf("queued cancel: %v %v", st, err)
+		}
+		if _, err := queued.Result(ctx); code(t, err) != wire.ErrCallGone || dispatchOf(t, err) != wire.NotDispatched {
+			t.Fatalf("result after cancel-before-dispatch: %v", err)
+		}
+		if st, err := dispatched.Cancel(ctx); err != nil || st != wire.ExecutionUnknown {
+			t.Fatalf("dispatched cancel: %v %v", st, err)
+		}
+		// The detached call can still be answered; the reply goes nowhere.
+		if routed, err := req.Reply(ctx, nil); err != nil || routed {
+			t.Fatalf("reply to detached call: routed=%v %v", routed, err)
+		}
+		req.Close()
+		// A completed call reports completed, and its result stays valid.
+		done, _ := caller.Call(ctx, "cancel.svc", 0, "M", nil)
+		req2, _ := svc.Next(ctx)
+		req2.Reply(ctx, counterResult{Total: 7})
+		req2.Close()
+		res, err := done.Result(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err := done.Cancel(ctx); err != nil || st != wire.Completed {
+			t.Fatalf("completed cancel: %v %v", st, err)
+		}
+		res.Close()
+		// Once its result is consumed the call is retired: call-gone.
+		waitFor(t, "result consumption", func() bool { return h.r.Stats().Calls == 0 })
+		if st, err := done.Cancel(ctx); err != nil || st != wire.CallGoneState {
+			t.Fatalf("retired cancel: %v %v", st, err)
+		}
+	})
+}
+
+func TestSecondReplyIsCallGone(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		svcClient, caller := h.dial("svc"), h.dial("caller")
+		svc, _ := svcClient.Register(ctx, "once.svc", client.ServiceConfig{})
+		p, _ := caller.Call(ctx, "once.svc", 0, "M", nil)
+		req, _ := svc.Next(ctx)
+		if _, err := req.Reply(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := req.Reply(ctx, nil); code(t, err) != wire.ErrCallGone {
+			t.Fatalf("second reply: %v", err)
+		}
+		req.Close()
+		res, err := p.Result(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Close()
+	})
+}
+
+func TestServiceDisconnectFailsCalls(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		svcClient, caller := h.dial("svc"), h.dial("caller")
+		svc, _ := svcClient.Register(ctx, "gone.svc", client.ServiceConfig{MaxQueued: 4, MaxInFlight: 1})
+		dispatched, _ := caller.Call(ctx, "gone.svc", 0, "M", nil)
+		queued, _ := caller.Call(ctx, "gone.svc", 0, "M", nil)
+		if _, err := svc.Next(ctx); err != nil {
+			t.Fatal(err)
+		}
+		svcClient.Close()
+		_, err := queued.Result(ctx)
+		if code(t, err) != wire.ErrNoService || dispatchOf(t, err) != wire.NotDispatched {
+			t.Fatalf("queued call: %v", err)
+		}
+		_, err = dispatched.Result(ctx)
+		if code(t, err) != wire.ErrNoService || dispatchOf(t, err) != wire.Dispatched {
+			t.Fatalf("dispatched call: %v", err)
+		}
+		waitFor(t, "state to drain", func() bool { s := h.r.Stats(); return s.Calls == 0 && s.Services == 0 })
+	})
+}
+
+func TestUnregisterKeepsDispatchedCallsAnswerable(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		svcClient, caller := h.dial("svc"), h.dial("caller")
+		svc, _ := svcClient.Register(ctx, "unreg.svc", client.ServiceConfig{MaxQueued: 4, MaxInFlight: 1})
+		dispatched, _ := caller.Call(ctx, "unreg.svc", 0, "M", nil)
+		queued, _ := caller.Call(ctx, "unreg.svc", 0, "M", nil)
+		req, _ := svc.Next(ctx)
+		svc.Close()
+		if _, err := queued.Result(ctx); code(t, err) != wire.ErrNoService || dispatchOf(t, err) != wire.NotDispatched {
+			t.Fatalf("queued call: %v", err)
+		}
+		if routed, err := req.Reply(ctx, counterResult{Total: 1}); err != nil || !routed {
+			t.Fatalf("reply after unregister: %v %v", routed, err)
+		}
+		req.Close()
+		res, err := dispatched.Result(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Close()
+	})
+}
+
+func TestResponderReleaseSettlesCall(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		svcClient, caller := h.dial("svc"), h.dial("caller")
+		svc, _ := svcClient.Register(ctx, "resp.svc", client.ServiceConfig{})
+		p1, _ := caller.Call(ctx, "resp.svc", 0, "M", nil)
+		req, _ := svc.Next(ctx)
+		// A responder outlives its request.
+		resp := req.Responder()
+		req.Close()
+		if routed, err := resp.Reply(ctx, counterResult{Total: 3}); err != nil || !routed {
+			t.Fatalf("responder reply: %v %v", routed, err)
+		}
+		resp.Close()
+		res, err := p1.Result(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Close()
+		// Dropping every capability without a reply ends the call.
+		p2, _ := caller.Call(ctx, "resp.svc", 0, "M", nil)
+		req2, _ := svc.Next(ctx)
+		req2.Close()
+		_, err = p2.Result(ctx)
+		if code(t, err) != wire.ErrCallGone || dispatchOf(t, err) != wire.Dispatched {
+			t.Fatalf("released call: %v", err)
+		}
+	})
+}
+
+func TestStatusAnsweredWhileHandlerDelayed(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		svcClient, caller := h.dial("agent"), h.dial("caller")
+		svc, _ := svcClient.Register(ctx, "agent.status", client.ServiceConfig{})
+		slow, _ := caller.Call(ctx, "agent.status", 0, "Agent.Step", nil)
+		status, _ := caller.Call(ctx, "agent.status", 0, "Agent.Status", nil)
+		stepReq, _ := svc.Next(ctx) // held: a long mutation
+		statusReq, _ := svc.Next(ctx)
+		if statusReq.Method != "Agent.Status" {
+			t.Fatalf("second request %s", statusReq.Method)
+		}
+		statusReq.Reply(ctx, nil)
+		statusReq.Close()
+		res, err := status.Result(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Close()
+		stepReq.Reply(ctx, nil)
+		stepReq.Close()
+		res, err = slow.Result(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Close()
+	})
+}
+
+func TestPolicyGrantsAreChecked(t *testing.T) {
+	g := router.Grants{Call: []router.Pattern{router.Prefix("agent.")}}
+	cfg := router.Config{Policy: router.ClosedPolicy().
+		Client("coordinator", g).
+		Client("agent-a", router.Grants{Register: []router.Pattern{router.Exact("agent.fly-a")}})}
+	forEachTransport(t, cfg, func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		coord, err := client.Connect(ctx, h.conn("coordinator"), client.Config{ClientID: "coordinator"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer coord.Close()
+		agent, err := client.Connect(ctx, h.conn("agent-a"), client.Config{ClientID: "agent-a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer agent.Close()
+		if _, err := agent.Register(ctx, "agent.fly-b", client.ServiceConfig{}); code(t, err) != wire.ErrNotAuthorized {
+			t.Fatalf("register outside grant: %v", err)
+		}
+		svc, err := agent.Register(ctx, "agent.fly-a", client.ServiceConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go serveCounter(ctx, svc)
+		if _, err := agent.Call(ctx, "agent.fly-a", 0, "M", nil); code(t, err) != wire.ErrNotAuthorized {
+			t.Fatalf("call without grant: %v", err)
+		}
+		res, err := coord.CallAndWait(ctx, "agent.fly-a", 0, "M", counterArgs{Amount: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Responder.ClientID != "agent-a" {
+			t.Fatalf("responder %+v", res.Responder)
+		}
+		res.Close()
+	})
+}
+
+func TestAbandonedCallLeaksNothing(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		svcClient, caller := h.dial("svc"), h.dial("caller")
+		svc, _ := svcClient.Register(ctx, "abandon.svc", client.ServiceConfig{})
+		p, _ := caller.Call(ctx, "abandon.svc", 0, "M", nil)
+		short, cancel := context.WithCancel(ctx)
+		cancel()
+		if _, err := p.Result(short); !errors.Is(err, context.Canceled) {
+			t.Fatalf("expired wait: %v", err)
+		}
+		req, _ := svc.Next(ctx)
+		req.Reply(ctx, nil)
+		req.Close()
+		// Result is safe to call again after the context expired.
+		res, err := p.Result(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Close()
+		// An abandoned call's late result is consumed by the SDK.
+		p2, _ := caller.Call(ctx, "abandon.svc", 0, "M", nil)
+		p2.Close()
+		req2, err := svc.Next(ctx)
+		if err == nil {
+			req2.Reply(ctx, nil)
+			req2.Close()
+		}
+		waitFor(t, "no owners or calls", func() bool { s := h.r.Stats(); return s.Calls == 0 && s.Owners == 0 })
+	})
+}
