@@ -39,16 +39,20 @@ func forEachTransport(t *testing.T, cfg router.Config, fn func(t *testing.T, h *
 			base := leakcheck.Goroutines()
 			fdBase, _ := leakcheck.FDs()
 			h := newHarness(t, cfg, unix)
+			// Registered first, so it runs last: after every client and
+			// raw transport the test opened has been closed.
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := h.r.Shutdown(ctx); err != nil {
+					t.Errorf("shutdown: %v", err)
+				}
+				leakcheck.WaitGoroutines(t, base)
+				if fds, _ := leakcheck.FDs(); fds > fdBase {
+					t.Errorf("descriptors: %d before, %d after", fdBase, fds)
+				}
+			})
 			fn(t, h)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := h.r.Shutdown(ctx); err != nil {
-				t.Errorf("shutdown: %v", err)
-			}
-			leakcheck.WaitGoroutines(t, base)
-			if fds, _ := leakcheck.FDs(); fds > fdBase {
-				t.Errorf("descriptors: %d before, %d after", fdBase, fds)
-			}
 		})
 	}
 }
