@@ -4,4 +4,4 @@ go 1.26.0
 
 require golang.org/x/sys v0.50.0
 
-require github.com/goccy/go-json v0.12.0 // indirect
+require github.com/goccy/go-json v0.12.0

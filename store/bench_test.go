@@ -1,0 +1,316 @@
+package store
+
+import (
+	"crypto/sha256"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/flybus/flybus/mmap"
+	"golang.org/x/sys/unix"
+)
+
+// Benchmarks of every store step for one 1,228,800-byte frame, with the
+// baselines they are judged against (copy, pwrite, the kernel's mapping
+// floor). Per-iteration setup and teardown run with the timer stopped.
+// FLYBUS_BENCH_STORE picks the store root (say, a huge=within_size tmpfs);
+// the default is /dev/shm.
+
+var sink byte
+
+func benchStore(b *testing.B, cfg Config) *Store {
+	b.Helper()
+	if d := os.Getenv("FLYBUS_BENCH_STORE"); d != "" {
+		root, err := os.MkdirTemp(d, "flybus-bench-")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { os.RemoveAll(root) })
+		cfg.Root = root
+	}
+	return openStore(b, cfg)
+}
+
+// frameBench runs fn as the sub-benchmark "frame=1228800".
+func frameBench(b *testing.B, fn func(b *testing.B)) {
+	b.Run("frame=1228800", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(frame)
+		fn(b)
+	})
+}
+
+// touch reads one byte per 64-byte line, as a consumer reading it all would.
+func touch(p []byte) {
+	var s byte
+	for i := 0; i < len(p); i += 64 {
+		s += p[i]
+	}
+	sink += s
+}
+
+func mustStage(b *testing.B, s *Store) Staging {
+	st, err := s.Stage(frame)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return st
+}
+
+func mustRemove(b *testing.B, s *Store, rel string) {
+	if err := s.Remove(rel); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// writeFrame opens a staging file, writes the frame with one WriteAt, and
+// returns the still open file.
+func writeFrame(b *testing.B, s *Store, rel string, data []byte) *os.File {
+	f, err := OpenWrite(s.Root(), s.ID(), rel)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := f.WriteAt(data, 0); err != nil {
+		b.Fatal(err)
+	}
+	return f
+}
+
+// BenchmarkStageWarm: Stage served by the pool. The pool is deep enough for
+// a batch of stages with the timer running, so the figure is the lookup, not
+// the cost of stopping the timer; between batches the timer stops while the
+// staged files are removed and the pool refills. Meanwhile the refill
+// goroutine works on the other core, as it would in a router.
+func BenchmarkStageWarm(b *testing.B) {
+	frameBench(b, func(b *testing.B) {
+		const batch = 32
+		s := benchStore(b, Config{PoolDepth: batch})
+		mustRemove(b, s, mustStage(b, s).RelPath) // the miss that makes the size recent
+		if !s.pool.waitIdle() {
+			b.Fatal("pool failed")
+		}
+		var staged []string
+		for b.Loop() {
+			if len(staged) == batch {
+				b.StopTimer()
+				for _, rel := range staged {
+					mustRemove(b, s, rel)
+				}
+				staged = staged[:0]
+				if !s.pool.waitIdle() {
+					b.Fatal("pool failed")
+				}
+				b.StartTimer()
+			}
+			staged = append(staged, mustStage(b, s).RelPath)
+		}
+		if s.Stats().PoolMisses != 1 {
+			b.Fatalf("pool missed: %+v", s.Stats())
+		}
+	})
+}
+
+// BenchmarkStageCold: create and fallocate on the caller's path.
+func BenchmarkStageCold(b *testing.B) {
+	frameBench(b, func(b *testing.B) {
+		s := benchStore(b, Config{PoolDepth: -1})
+		for b.Loop() {
+			st := mustStage(b, s)
+			b.StopTimer()
+			mustRemove(b, s, st.RelPath)
+			b.StartTimer()
+		}
+	})
+}
+
+// BenchmarkFillWriteAt: a producer's fill of a staged file: OpenWrite,
+// one WriteAt, Close. Compare with BenchmarkPwrite.
+func BenchmarkFillWriteAt(b *testing.B) {
+	frameBench(b, func(b *testing.B) {
+		s := benchStore(b, Config{PoolDepth: -1})
+		data := pattern(frame, 1)
+		for b.Loop() {
+			b.StopTimer()
+			st := mustStage(b, s)
+			b.StartTimer()
+			if err := writeFrame(b, s, st.RelPath, data).Close(); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			mustRemove(b, s, st.RelPath)
+			b.StartTimer()
+		}
+	})
+}
+
+// BenchmarkFillWritable: the same fill through a writable mapping:
+// OpenWrite, map, copy, unmap, Close.
+func BenchmarkFillWritable(b *testing.B) {
+	frameBench(b, func(b *testing.B) {
+		s := benchStore(b, Config{PoolDepth: -1})
+		data := pattern(frame, 1)
+		for b.Loop() {
+			b.StopTimer()
+			st := mustStage(b, s)
+			b.StartTimer()
+			f, err := OpenWrite(s.Root(), s.ID(), st.RelPath)
+			if err != nil {
+				b.Fatal(err)
+			}
+			w, err := mmap.MapWritable(f, frame)
+			if err != nil {
+				b.Fatal(err)
+			}
+			copy(w.Bytes(), data)
+			if err := w.Close(); err != nil {
+				b.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			mustRemove(b, s, st.RelPath)
+			b.StartTimer()
+		}
+	})
+}
+
+// benchSeal times Seal of a filled frame. With keepOpen the producer's
+// descriptor stays open, which forces the copy path.
+func benchSeal(b *testing.B, keepOpen, withDigest bool, want SealPath) {
+	frameBench(b, func(b *testing.B) {
+		s := benchStore(b, Config{PoolDepth: -1})
+		data := pattern(frame, 1)
+		var digest *[32]byte
+		if withDigest {
+			d := sha256.Sum256(data)
+			digest = &d
+		}
+		for b.Loop() {
+			b.StopTimer()
+			st := mustStage(b, s)
+			f := writeFrame(b, s, st.RelPath, data)
+			if !keepOpen {
+				f.Close()
+			}
+			b.StartTimer()
+			sealed, err := s.Seal(st.RelPath, frame, digest)
+			b.StopTimer()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if sealed.Path != want {
+				b.Fatalf("sealed by %v, want %v", sealed.Path, want)
+			}
+			if keepOpen {
+				f.Close()
+			}
+			mustRemove(b, s, sealed.RelPath)
+			b.StartTimer()
+		}
+	})
+}
+
+func BenchmarkSealLease(b *testing.B)       { benchSeal(b, false, false, SealLease) }
+func BenchmarkSealLeaseSHA256(b *testing.B) { benchSeal(b, false, true, SealLease) }
+func BenchmarkSealCopy(b *testing.B)        { benchSeal(b, true, false, SealCopy) }
+func BenchmarkSealCopySHA256(b *testing.B)  { benchSeal(b, true, true, SealCopy) }
+
+// sealedFrame stages, fills and seals one frame for the read benchmarks.
+func sealedFrame(b *testing.B, s *Store) string {
+	st := mustStage(b, s)
+	writeFrame(b, s, st.RelPath, pattern(frame, 1)).Close()
+	sealed, err := s.Seal(st.RelPath, frame, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return sealed.RelPath
+}
+
+// BenchmarkView: a consumer's access to every line of a sealed frame:
+// OpenRead, map, touch, unmap, Close. Compare with BenchmarkKernelFloor.
+func BenchmarkView(b *testing.B) {
+	frameBench(b, func(b *testing.B) {
+		s := benchStore(b, Config{PoolDepth: -1})
+		rel := sealedFrame(b, s)
+		for b.Loop() {
+			f, err := OpenRead(s.Root(), s.ID(), rel)
+			if err != nil {
+				b.Fatal(err)
+			}
+			v, err := mmap.MapFile(f, frame)
+			if err != nil {
+				b.Fatal(err)
+			}
+			f.Close()
+			touch(v.Bytes())
+			if err := v.Close(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkKernelFloor: the least any view can cost: unix.Mmap read-only of
+// a sealed file already open, touch every line, munmap.
+func BenchmarkKernelFloor(b *testing.B) {
+	frameBench(b, func(b *testing.B) {
+		s := benchStore(b, Config{PoolDepth: -1})
+		f, err := os.Open(filepath.Join(s.Dir(), sealedFrame(b, s)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		fd := int(f.Fd())
+		for b.Loop() {
+			m, err := unix.Mmap(fd, 0, frame, unix.PROT_READ, unix.MAP_SHARED)
+			if err != nil {
+				b.Fatal(err)
+			}
+			touch(m)
+			if err := unix.Munmap(m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkPwrite: one pwrite of the frame into a fresh fallocated file
+// already open; the baseline for a producer's fill.
+func BenchmarkPwrite(b *testing.B) {
+	frameBench(b, func(b *testing.B) {
+		dir := benchStore(b, Config{PoolDepth: -1}).Dir()
+		data := pattern(frame, 1)
+		p := filepath.Join(dir, "pwrite")
+		for b.Loop() {
+			b.StopTimer()
+			fd, err := unix.Open(p, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := fallocate(fd, frame); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			if n, err := unix.Pwrite(fd, data, 0); err != nil || n != frame {
+				b.Fatal(n, err)
+			}
+			b.StopTimer()
+			unix.Close(fd)
+			unix.Unlink(p)
+			b.StartTimer()
+		}
+	})
+}
+
+// BenchmarkCopy: copy() of a frame between two Go slices, the baseline of
+// every performance target.
+func BenchmarkCopy(b *testing.B) {
+	frameBench(b, func(b *testing.B) {
+		src, dst := pattern(frame, 1), make([]byte, frame)
+		for b.Loop() {
+			copy(dst, src)
+		}
+		sink += dst[frame-1]
+	})
+}

@@ -1,0 +1,132 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/flybus/flybus/internal/leakcheck"
+	"golang.org/x/sys/unix"
+)
+
+// shmRoot returns a fresh store root on /dev/shm, where production stores
+// live (tmpfs, which supports leases), or a test temp dir without /dev/shm.
+func shmRoot(t testing.TB) string {
+	t.Helper()
+	d, err := os.MkdirTemp("/dev/shm", "flybus-store-test-")
+	if err != nil {
+		return t.TempDir()
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+// openStore opens a store under a fresh root and closes it when the test
+// ends.
+func openStore(t testing.TB, cfg Config) *Store {
+	t.Helper()
+	if cfg.Root == "" {
+		cfg.Root = shmRoot(t)
+	}
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
+func fds(t testing.TB) int {
+	t.Helper()
+	n, err := leakcheck.FDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// checkFDs fails if the number of open descriptors is not n.
+func checkFDs(t testing.TB, n int) {
+	t.Helper()
+	if got := fds(t); got != n {
+		t.Fatalf("open descriptors: %d, want %d", got, n)
+	}
+}
+
+// files counts the regular files in the store directory, the marker
+// included.
+func files(t testing.TB, s *Store) int {
+	t.Helper()
+	n, err := leakcheck.Files(s.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7) + seed
+	}
+	return b
+}
+
+// fill writes data into a staging file through a descriptor and closes it,
+// as a well-behaved producer does.
+func fill(t testing.TB, s *Store, rel string, data []byte) {
+	t.Helper()
+	f, err := OpenWrite(s.Root(), s.ID(), rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkFile fails unless rel in s holds exactly want with permissions perm.
+func checkFile(t testing.TB, s *Store, rel string, want []byte, perm fs.FileMode) {
+	t.Helper()
+	p := filepath.Join(s.Dir(), rel)
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode() != perm {
+		t.Errorf("%s: mode %v, want %v", rel, fi.Mode(), perm)
+	}
+	got, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s: contents differ (%d bytes, want %d)", rel, len(got), len(want))
+	}
+}
+
+func checkGone(t testing.TB, s *Store, rel string) {
+	t.Helper()
+	if _, err := os.Lstat(filepath.Join(s.Dir(), rel)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("%s still exists (%v)", rel, err)
+	}
+}
+
+func statBlocks(t testing.TB, path string) int64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks
+}

@@ -1,0 +1,197 @@
+package store
+
+import (
+	"errors"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// SealPath says how Seal made a staging file immutable.
+type SealPath uint8
+
+const (
+	// SealLease: the kernel proved no other open file description of the
+	// inode existed, so the file was made read-only and renamed in place.
+	// No byte moved.
+	SealLease SealPath = iota + 1
+	// SealCopy: someone still had the file open or mapped, so its bytes
+	// were copied into a fresh inode and the staging file was unlinked.
+	SealCopy
+)
+
+func (p SealPath) String() string {
+	switch p {
+	case SealLease:
+		return "lease"
+	case SealCopy:
+		return "copy"
+	}
+	return "SealPath(?)"
+}
+
+// Sealed is the immutable file a seal produced.
+type Sealed struct {
+	RelPath string // relative to the store directory
+	Size    int64
+	Path    SealPath
+}
+
+// Seal makes the staging file relPath immutable and returns its sealed
+// name. The file must still be exactly wantSize bytes long and, if digest is
+// not nil, its bytes must hash to *digest under SHA-256; otherwise Seal
+// fails with ErrMismatch.
+//
+// Seal first takes a write lease on the file, which the kernel grants only
+// if no other open file description of the inode exists in any process: no
+// descriptor, no reader, no mapping. Then nothing can change the bytes, so
+// they are checked, the file is made 0444 and renamed into its sealed name.
+// Anyone trying to open the file meanwhile waits for the lease to be
+// dropped, which is as long as the check takes. If the lease is refused,
+// Seal copies the bytes into a fresh inode, checks the copy, and unlinks the
+// staging file, so a producer that kept a descriptor or a writable mapping
+// writes only to an orphan from then on.
+//
+// Whatever the outcome, the staging file is gone afterwards: on failure
+// Seal removes it and any partial copy. Seal never waits for the producer.
+func (s *Store) Seal(relPath string, wantSize int64, digest *[32]byte) (Sealed, error) {
+	k, seq := parseName(relPath)
+	if k != kindStaging || wantSize < 0 {
+		return Sealed{}, &Error{Op: "seal", RelPath: relPath, Err: ErrInvalidPath}
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return Sealed{}, &Error{Op: "seal", RelPath: relPath, Err: ErrClosed}
+	}
+	if s.pool.owns(seq) {
+		return Sealed{}, &Error{Op: "seal", RelPath: relPath, Err: ErrInvalidPath}
+	}
+	sealed := fileName(kindSealed, seq)
+	path, err := s.seal(relPath, sealed, seq, wantSize, digest)
+	if err != nil {
+		if derr := s.dropStaging(relPath); derr != nil {
+			err = errors.Join(err, derr)
+		}
+		if errors.Is(err, ErrMismatch) {
+			s.st.sealMismatch.Add(1)
+		} else {
+			s.st.sealFailures.Add(1)
+		}
+		return Sealed{}, &Error{Op: "seal", RelPath: relPath, Err: err}
+	}
+	s.st.sealed.Add(1)
+	if path == SealLease {
+		s.st.staging.Add(-1) // renamed; the copy path unlinked it already
+		s.st.leaseSeals.Add(1)
+	} else {
+		s.st.copySeals.Add(1)
+	}
+	return Sealed{RelPath: sealed, Size: wantSize, Path: path}, nil
+}
+
+func (s *Store) seal(staging, sealed string, seq uint64, want int64, digest *[32]byte) (SealPath, error) {
+	// O_NONBLOCK only guards against hanging on a FIFO planted under a
+	// staging name; it changes nothing for a regular file.
+	fd, err := unix.Openat(s.dirfd, staging, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, os.NewSyscallError("openat", err)
+	}
+	defer unix.Close(fd)
+
+	leased, err := setLease(fd)
+	if err != nil {
+		return 0, err
+	}
+	if leased {
+		done, err := s.sealInPlace(fd, staging, sealed, want, digest)
+		// Dropping the lease lets any open that blocked on it go ahead;
+		// the file is read-only under its sealed name by then.
+		unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_UNLCK)
+		if err != nil || done {
+			return SealLease, err
+		}
+	}
+	return SealCopy, s.sealByCopy(fd, staging, sealed, seq, want, digest)
+}
+
+// setLease takes a write lease on fd, reporting false when the kernel
+// refuses because another open file description of the inode exists.
+// F_SETLEASE needs the caller to own the file or hold CAP_LEASE; the store
+// creates its staging files, so it owns them.
+func setLease(fd int) (bool, error) {
+	switch _, err := unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_WRLCK); err {
+	case nil:
+		return true, nil
+	case unix.EAGAIN:
+		return false, nil
+	default:
+		return false, os.NewSyscallError("fcntl(F_SETLEASE)", err)
+	}
+}
+
+// sealInPlace checks, freezes and renames a leased staging file. It reports
+// false, with no error, when the file must be copied after all.
+func (s *Store) sealInPlace(fd int, staging, sealed string, want int64, digest *[32]byte) (bool, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return false, os.NewSyscallError("fstat", err)
+	}
+	// The lease counts open files, not names. A second hard link is a name
+	// through which the inode could be opened for writing once the lease is
+	// dropped, so such a file is copied instead.
+	if st.Nlink != 1 {
+		return false, nil
+	}
+	if st.Size != want {
+		return false, sizeMismatch(st.Size, want)
+	}
+	if digest != nil {
+		if err := checkDigest(fd, want, digest); err != nil {
+			return false, err
+		}
+	}
+	if err := unix.Fchmod(fd, 0o444); err != nil {
+		return false, os.NewSyscallError("fchmod", err)
+	}
+	if err := unix.Renameat2(s.dirfd, staging, s.dirfd, sealed, unix.RENAME_NOREPLACE); err != nil {
+		return false, os.NewSyscallError("renameat2", err)
+	}
+	return true, nil
+}
+
+// sealByCopy copies the staging file open at src into a fresh sealed inode.
+func (s *Store) sealByCopy(src int, staging, sealed string, seq uint64, want int64, digest *[32]byte) error {
+	// Unlink the staging name before reading: from here on whatever the
+	// producer writes through a descriptor or mapping it kept lands in an
+	// inode nobody will read. src keeps it readable for the copy.
+	if err := s.dropStaging(staging); err != nil {
+		return err
+	}
+	if err := checkSize(src, want); err != nil {
+		return err
+	}
+	tmp := fileName(kindCopy, seq)
+	dst, err := unix.Openat(s.dirfd, tmp, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return os.NewSyscallError("openat", err)
+	}
+	err = s.copyChecked(dst, src, want, digest)
+	if err == nil {
+		if ferr := unix.Fchmod(dst, 0o444); ferr != nil {
+			err = os.NewSyscallError("fchmod", ferr)
+		}
+	}
+	if cerr := unix.Close(dst); err == nil && cerr != nil {
+		err = os.NewSyscallError("close", cerr)
+	}
+	if err == nil {
+		if rerr := unix.Renameat2(s.dirfd, tmp, s.dirfd, sealed, unix.RENAME_NOREPLACE); rerr != nil {
+			err = os.NewSyscallError("renameat2", rerr)
+		}
+	}
+	if err != nil {
+		unix.Unlinkat(s.dirfd, tmp, 0)
+	}
+	return err
+}

@@ -1,0 +1,49 @@
+package store
+
+import "sync/atomic"
+
+// Stats is a snapshot of a store's files and counters. The file counts are
+// kept by the store as it creates and removes files, not by scanning the
+// directory.
+type Stats struct {
+	// Files on disk, by kind.
+	PooledFiles  int64 // prepared staging files not yet handed out
+	StagingFiles int64 // staging files handed out, not yet sealed or removed
+	SealedFiles  int64 // sealed files not yet removed
+
+	PoolHits   uint64 // Stage calls served by a prepared file
+	PoolMisses uint64 // Stage calls that created a file on the caller's path
+	PoolErrors uint64 // background preparations that failed
+
+	LeaseSeals   uint64 // seals that proved no writer remained and moved no bytes
+	CopySeals    uint64 // seals that copied because a writer remained
+	SealMismatch uint64 // seals refused with ErrMismatch
+	SealFailures uint64 // seals that failed for any other reason
+	BytesCopied  uint64 // bytes written by copying seals
+}
+
+type counters struct {
+	pooled, staging, sealed                 atomic.Int64
+	poolHits, poolMisses, poolErrors        atomic.Uint64
+	leaseSeals, copySeals                   atomic.Uint64
+	sealMismatch, sealFailures, bytesCopied atomic.Uint64
+}
+
+// Stats returns the store's current counts. Each field is read atomically;
+// the snapshot as a whole is not, which is fine for monitoring.
+func (s *Store) Stats() Stats {
+	c := &s.st
+	return Stats{
+		PooledFiles:  c.pooled.Load(),
+		StagingFiles: c.staging.Load(),
+		SealedFiles:  c.sealed.Load(),
+		PoolHits:     c.poolHits.Load(),
+		PoolMisses:   c.poolMisses.Load(),
+		PoolErrors:   c.poolErrors.Load(),
+		LeaseSeals:   c.leaseSeals.Load(),
+		CopySeals:    c.copySeals.Load(),
+		SealMismatch: c.sealMismatch.Load(),
+		SealFailures: c.sealFailures.Load(),
+		BytesCopied:  c.bytesCopied.Load(),
+	}
+}
