@@ -102,10 +102,21 @@ func bodyErr(ctx, field, why string) *BusError {
 	return &BusError{Code: ErrInvalidEnvelope, Dispatch: NotDispatched, Message: msg + ": " + why}
 }
 
-func (f *fields) fail(why string) error { return bodyErr(f.ctx, string(f.key), why) }
+func (f *fields) fail(why string) error { return bodyErr(f.ctx, f.keyName(), why) }
 
 // unknown refuses the current member.
-func (f *fields) unknown() error { return bodyErr(f.ctx, string(f.key), "unknown field") }
+func (f *fields) unknown() error { return bodyErr(f.ctx, f.keyName(), "unknown field") }
+
+// keyName re-reads the current member's key for an error message: f.key
+// may share the decoder's scratch with a value read since (when both are
+// escaped), and an error path can afford the copy.
+func (f *fields) keyName() string {
+	if f.key == nil {
+		return ""
+	}
+	t := &f.d.sc.toks[f.keyTok]
+	return string(appendUnescaped(nil, f.d.sc.data[t.start:t.end]))
+}
 
 // require fails unless every bit in want was seen; names lists the fields in
 // bit order for the message.
@@ -315,7 +326,7 @@ func (f *fields) array(min, max int) (first, end uint32, err error) {
 // elem returns a fields cursor positioned on array element ti, so the scalar
 // readers above can be reused for elements.
 func (f *fields) elem(ti uint32) fields {
-	return fields{d: f.d, ctx: f.ctx, key: f.key, val: ti}
+	return fields{d: f.d, ctx: f.ctx, key: f.key, keyTok: f.keyTok, val: ti}
 }
 
 // nextElem advances past element ti.

@@ -142,13 +142,28 @@ func appendDigest(b []byte, d Digest) []byte {
 	return append(b, '"')
 }
 
-// truncateText bounds a free-text message at a rune boundary.
+// truncateText bounds a free-text message at a rune boundary. The bound is
+// on the text as the peer decodes it: appendString turns each invalid byte
+// into a three-byte U+FFFD, so those count three.
 func truncateText(s string, n int) string {
-	if len(s) <= n {
+	if len(s) <= n && utf8.ValidString(s) {
 		return s
 	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
+	w := 0 // decoded length so far
+	for i := 0; i < len(s); {
+		size, out := 1, 1
+		if s[i] >= utf8.RuneSelf {
+			if size = validRuneLen(s, i); size == 0 {
+				size, out = 1, len("\uFFFD")
+			} else {
+				out = size
+			}
+		}
+		if w+out > n {
+			return s[:i]
+		}
+		w += out
+		i += size
 	}
-	return s[:n]
+	return s
 }

@@ -41,7 +41,10 @@ func (f Family) Prefix() string {
 
 // ParseSerialBytes parses b as "<prefix><canonical U64>" of family f.
 func ParseSerialBytes(f Family, b []byte) (uint64, bool) {
-	p := f.Prefix()
+	if f == 0 || int(f) >= len(familyPrefix) {
+		return 0, false // "?-" is Prefix's placeholder for messages, not a spelling
+	}
+	p := familyPrefix[f]
 	if len(b) <= len(p) || string(b[:len(p)]) != p {
 		return 0, false
 	}
