@@ -18,6 +18,16 @@ type service struct {
 	removed     bool
 }
 
+// unqueue removes a call that is still waiting for dispatch.
+func (s *service) unqueue(cl *call) {
+	for i, x := range s.queue {
+		if x == cl {
+			s.queue = append(s.queue[:i], s.queue[i+1:]...)
+			return
+		}
+	}
+}
+
 type callState uint8
 
 const (
@@ -240,13 +250,7 @@ func (k *core) opCancel(c *conn, env *wire.Envelope) *wire.BusError {
 	if cl := c.calls[b.CallID]; cl != nil {
 		switch cl.state {
 		case callQueued:
-			s := cl.svc
-			for i, x := range s.queue {
-				if x == cl {
-					s.queue = append(s.queue[:i], s.queue[i+1:]...)
-					break
-				}
-			}
+			cl.svc.unqueue(cl)
 			delete(c.calls, cl.id)
 			cl.caller = nil
 			state = wire.CancelledBeforeDispatch
@@ -338,13 +342,7 @@ func (k *core) consume(c *conn, d wire.DeliveryID) bool {
 func (k *core) detachCaller(c *conn) {
 	for id, cl := range c.calls {
 		if cl.state == callQueued {
-			s := cl.svc
-			for i, x := range s.queue {
-				if x == cl {
-					s.queue = append(s.queue[:i], s.queue[i+1:]...)
-					break
-				}
-			}
+			cl.svc.unqueue(cl)
 		}
 		cl.caller = nil
 		delete(c.calls, id)
