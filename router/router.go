@@ -11,11 +11,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
 )
 
 // Config configures a Router. The zero Limits means wire.DefaultLimits().
 type Config struct {
+	// StoreRoot is the directory under which the router keeps its artifact
+	// store, <StoreRoot>/<storeId>/ (a tmpfs such as /dev/shm/flybus is the
+	// point). Empty runs the router without artifacts.
+	StoreRoot    string
 	Limits       wire.Limits
 	Policy       Policy
 	HelloTimeout time.Duration // default 5 s
@@ -28,6 +33,7 @@ type Router struct {
 	cfg      Config
 	routerID wire.RouterID
 	storeID  wire.StoreID
+	store    *store.Store // nil without a StoreRoot
 
 	mu        sync.Mutex // serializes the core
 	core      *core
@@ -64,8 +70,27 @@ func New(cfg Config) (*Router, error) {
 	t := binary.LittleEndian.Uint64(tag[:])
 	r := &Router{cfg: cfg, routerID: wire.RouterID(t), storeID: wire.StoreID(t),
 		shells: map[*conn]*shell{}, listeners: map[*Listener]struct{}{}}
+	if cfg.StoreRoot != "" {
+		// Opening the store also removes orphaned stores of dead routers.
+		st, err := store.Open(store.Config{Root: cfg.StoreRoot, ID: r.storeID.String()})
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range st.Orphans() {
+			cfg.Logger.Info("removed orphaned store", "dir", o.Dir, "err", o.Err)
+		}
+		r.store = st
+	}
 	r.core = newCore(cfg.Limits, cfg.Policy, r.routerID, r.storeID)
 	return r, nil
+}
+
+// StoreDir is this incarnation's store directory, or "" without a store.
+func (r *Router) StoreDir() string {
+	if r.store == nil {
+		return ""
+	}
+	return r.store.Dir()
 }
 
 // RouterID is this incarnation's router id.
@@ -191,9 +216,9 @@ func (r *Router) Shutdown(ctx context.Context) error {
 	})
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
+	var err error
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
 		r.mu.Lock()
 		for _, sh := range r.shells {
@@ -201,8 +226,13 @@ func (r *Router) Shutdown(ctx context.Context) error {
 		}
 		r.mu.Unlock()
 		<-done
-		return ctx.Err()
+		err = ctx.Err()
 	}
+	if r.store != nil {
+		// Every connection is gone: nothing can still name these files.
+		err = errors.Join(err, r.store.Close())
+	}
+	return err
 }
 
 // Listener accepts Unix-socket connections for a router.
