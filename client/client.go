@@ -52,6 +52,7 @@ type Client struct {
 	consumes []wire.DeliveryID
 	services map[string]*Service
 	calls    map[wire.CallID]*PendingCall
+	subs     map[wire.SubID]*Subscription
 	closing  bool   // Close called: drain, then close
 	lost     error  // set once the connection is gone
 	lastBus  uint64 // strictly increasing router envelope ids
@@ -77,6 +78,10 @@ type waiter struct {
 	ch       chan error // buffered 1
 	orphaned bool       // the caller gave up; orphan runs instead
 	orphan   func(err error)
+	// then runs in the reader right after a successful reply is decoded,
+	// before any later frame is dispatched: a subscription must be known
+	// before its first delivery arrives.
+	then func()
 }
 
 // ErrClosed is returned after Close.
@@ -102,7 +107,7 @@ func Connect(ctx context.Context, nc net.Conn, cfg Config) (*Client, error) {
 		cfg.ControlLaneCapacity = 4096
 	}
 	c := &Client{cfg: cfg, nc: nc, waiters: map[uint64]*waiter{}, services: map[string]*Service{},
-		calls: map[wire.CallID]*PendingCall{}, kick: make(chan struct{}, 1),
+		calls: map[wire.CallID]*PendingCall{}, subs: map[wire.SubID]*Subscription{}, kick: make(chan struct{}, 1),
 		done: make(chan struct{}), closed: make(chan struct{})}
 	c.wg.Add(2)
 	go c.readLoop()
@@ -189,6 +194,8 @@ func (c *Client) fail(err error) {
 	calls := c.calls
 	c.calls = map[wire.CallID]*PendingCall{}
 	services := c.services
+	subs := c.subs
+	c.subs = map[wire.SubID]*Subscription{}
 	close(c.closed)
 	c.mu.Unlock()
 	c.nc.Close()
@@ -206,6 +213,9 @@ func (c *Client) fail(err error) {
 		p.finish(nil, lostErr)
 	}
 	for _, s := range services {
+		s.closeQueue()
+	}
+	for _, s := range subs {
 		s.closeQueue()
 	}
 }
@@ -230,7 +240,12 @@ func (c *Client) wakeWriter() {
 // into v. If ctx ends first, orphan (when set) runs with the reply once it
 // arrives, so that nothing the router granted is leaked.
 func (c *Client) roundTrip(ctx context.Context, op wire.Op, body wire.Body, v wire.Body, orphan func(error)) error {
-	w := &waiter{op: op, v: v, ch: make(chan error, 1), orphan: orphan}
+	return c.roundTripThen(ctx, op, body, v, orphan, nil)
+}
+
+// roundTripThen is roundTrip with a hook the reader runs on success.
+func (c *Client) roundTripThen(ctx context.Context, op wire.Op, body wire.Body, v wire.Body, orphan func(error), then func()) error {
+	w := &waiter{op: op, v: v, ch: make(chan error, 1), orphan: orphan, then: then}
 	if err := c.enqueue(op, body, w, false); err != nil {
 		return err
 	}

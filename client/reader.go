@@ -90,6 +90,8 @@ func (c *Client) onReply(env *wire.Envelope) error {
 	var result error
 	if busErr != nil {
 		result = busErr
+	} else if w.then != nil {
+		w.then()
 	}
 	c.mu.Lock()
 	orphaned := w.orphaned
@@ -126,6 +128,12 @@ func (c *Client) onDelivery(env *wire.Envelope) error {
 			return err
 		}
 		return c.onResult(&r)
+	case wire.OpTopicMessage:
+		var m wire.TopicMessage
+		if err := env.DecodeBody(&m); err != nil {
+			return err
+		}
+		return c.onMessage(&m)
 	}
 	return fmt.Errorf("%s is not supported by this client yet", env.Op)
 }
@@ -149,7 +157,16 @@ func (c *Client) onNotice(env *wire.Envelope) error {
 		return env.DecodeBody(&n)
 	case wire.OpSubscriptionClosed:
 		var n wire.SubscriptionClosed
-		return env.DecodeBody(&n)
+		if err := env.DecodeBody(&n); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		s := c.subs[n.SubscriptionID]
+		delete(c.subs, n.SubscriptionID)
+		c.mu.Unlock()
+		if s != nil {
+			s.ended(n.Reason)
+		}
 	case wire.OpConnectionClosing:
 		var n wire.ConnectionClosing
 		if err := env.DecodeBody(&n); err != nil {

@@ -21,9 +21,13 @@ type core struct {
 	conns    map[wire.ConnID]*conn
 	clients  map[string]*clientRec
 	services map[string]*service
+	topics   map[string]*topic
 
-	nextConn, nextSvc uint64
-	pending           int // accepted connections that have not completed hello
+	nextConn, nextSvc, nextTop, nextSub uint64
+	pending                             int // accepted connections that have not completed hello
+	subCount                            int
+	retainedBytes                       uint64
+	pubBytes                            []pubBytes // scratch for publish admission
 
 	// dirty lists connections whose writers have new output; the shell
 	// drains it after each step.
@@ -47,6 +51,7 @@ type counters struct {
 	refusals         [32]uint64 // by wire.ErrorCode
 	protocolCloses   uint64
 	controlOverflows uint64
+	publications     uint64
 }
 
 func newCore(l wire.Limits, p Policy, rid wire.RouterID, sid wire.StoreID) *core {
@@ -55,6 +60,7 @@ func newCore(l wire.Limits, p Policy, rid wire.RouterID, sid wire.StoreID) *core
 		conns:    map[wire.ConnID]*conn{},
 		clients:  map[string]*clientRec{},
 		services: map[string]*service{},
+		topics:   map[string]*topic{},
 	}
 }
 
@@ -149,6 +155,18 @@ func (k *core) handle(c *conn, env *wire.Envelope, decErr *wire.BusError) {
 		err = k.opResponderRelease(c, env)
 	case wire.OpDeliveryConsumed:
 		err = k.opConsumed(c, env)
+	case wire.OpTopicDeclare:
+		err = k.opDeclare(c, env)
+	case wire.OpTopicClear:
+		err = k.opClear(c, env)
+	case wire.OpTopicDelete:
+		err = k.opDelete(c, env)
+	case wire.OpSubscribe:
+		err = k.opSubscribe(c, env)
+	case wire.OpUnsubscribe:
+		err = k.opUnsubscribe(c, env)
+	case wire.OpPublish:
+		err = k.opPublish(c, env)
 	default:
 		err = wire.NewError(wire.ErrInvalidEnvelope, 0, "%s is not supported by this router yet", env.Op)
 	}
@@ -249,6 +267,9 @@ func (k *core) release(c *conn) {
 		k.removeService(s, "disconnected", true)
 	}
 	c.services = nil
+	for len(c.subs) > 0 {
+		k.removeSubscription(c.subs[0])
+	}
 	k.detachCaller(c)
 	k.releaseServiceSide(c)
 }
@@ -321,11 +342,13 @@ type Stats struct {
 	Queued            int // items waiting on any lane or service queue
 	StoreBytes        uint64
 	RetainedBytes     uint64
+	QueuedBytes       uint64 // bounded subscriptions' queued delivery bytes
 
 	ConnectionsTotal uint64
 	CallsTotal       uint64
 	ProtocolCloses   uint64
 	ControlOverflows uint64
+	Publications     uint64
 	Refusals         map[string]uint64 // by error code
 }
 
@@ -334,7 +357,8 @@ func (k *core) snapshot() Stats {
 		Connections: len(k.conns), PendingHello: k.pending, Services: len(k.services),
 		ConnectionsTotal: k.stats.connectionsTotal, CallsTotal: k.stats.callsTotal,
 		ProtocolCloses: k.stats.protocolCloses, ControlOverflows: k.stats.controlOverflows,
-		Refusals: map[string]uint64{},
+		Publications: k.stats.publications, Refusals: map[string]uint64{},
+		Topics: len(k.topics), Subscriptions: k.subCount, RetainedBytes: k.retainedBytes,
 	}
 	for _, c := range k.conns {
 		s.Calls += len(c.calls)
@@ -347,6 +371,10 @@ func (k *core) snapshot() Stats {
 		s.Owners += c.owners()
 		s.ReplyCapabilities += len(c.caps)
 		s.Queued += len(c.control) + len(c.results)
+		for _, sub := range c.subs {
+			s.Queued += len(sub.queue)
+		}
+		s.QueuedBytes += uint64(c.queuedBytes)
 	}
 	for _, svc := range k.services {
 		s.Queued += len(svc.queue)

@@ -8,10 +8,10 @@ import "github.com/flybus/flybus/wire"
 //  1. control: replies and notices, bounded by maxControlFrames/Bytes;
 //  2. rpc: results for this client and requests for its services, taking
 //     turns, services round robin;
-//  3. topic: subscription messages (not built yet).
+//  3. topic: subscription messages, subscriptions round robin.
 //
-// Topic frames will get one turn after 16 higher-priority frames (highStreak
-// counts them), so a busy control plane cannot starve them entirely.
+// A topic frame gets a turn after topicStarve consecutive higher-priority
+// frames, so a busy control plane cannot starve topic data entirely.
 type conn struct {
 	id    wire.ConnID
 	bound string // launcher-bound client id, or "" when unbound
@@ -37,6 +37,9 @@ type conn struct {
 	rr           int  // next service to consider for dispatch
 	resultsTurn  bool // results and requests alternate
 	highStreak   int  // higher-priority frames since the last topic frame
+	subs         []*subscription
+	subRR        int // next subscription to consider
+	queuedBytes  int // bounded subscriptions' queued delivery bytes
 	calls        map[wire.CallID]*call
 	dlvs         map[wire.DeliveryID]dlvRef
 	caps         map[wire.DeliveryID]*call // reply capabilities by request delivery
@@ -47,6 +50,8 @@ type conn struct {
 type dlvRef struct {
 	call   *call
 	result bool // the caller's result delivery, not a service's request
+	sub    *subscription
+	msg    *topicMsg
 }
 
 // outItem is a pre-encoded reply or notice.
@@ -74,7 +79,23 @@ type frame struct {
 	raw        wire.RawJSON
 	req        wire.Request
 	res        wire.Result
+	msg        wire.TopicMessage
+	atts       []wire.Attachment // source attachments; owners become the delivery id on the wire
 	closeAfter bool
+}
+
+const topicStarve = 16
+
+// deliveryID is the delivery a frame carries, for rewriting attachment
+// owners.
+func (f *frame) deliveryID() wire.DeliveryID {
+	switch f.hdr.Op {
+	case wire.OpRPCRequest:
+		return f.req.DeliveryID
+	case wire.OpRPCResult:
+		return f.res.DeliveryID
+	}
+	return f.msg.DeliveryID
 }
 
 func (f *frame) body() wire.Body {
@@ -83,6 +104,8 @@ func (f *frame) body() wire.Body {
 		return &f.req
 	case wire.OpRPCResult:
 		return &f.res
+	case wire.OpTopicMessage:
+		return &f.msg
 	}
 	return f.raw
 }
@@ -119,6 +142,12 @@ func (k *core) next(c *conn) (frame, bool) {
 	if c.closing {
 		return frame{}, false
 	}
+	if c.highStreak >= topicStarve {
+		if f, ok := k.nextTopicMessage(c); ok {
+			c.highStreak = 0
+			return f, true
+		}
+	}
 	// RPC lane: results and requests take turns.
 	for range 2 {
 		c.resultsTurn = !c.resultsTurn
@@ -131,6 +160,10 @@ func (k *core) next(c *conn) (frame, bool) {
 			c.highStreak++
 			return f, true
 		}
+	}
+	if f, ok := k.nextTopicMessage(c); ok {
+		c.highStreak = 0
+		return f, true
 	}
 	return frame{}, false
 }

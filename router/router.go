@@ -210,6 +210,7 @@ func (r *Router) Shutdown(ctx context.Context) error {
 		l.Close()
 	}
 	r.step(func(k *core) {
+		k.closeSubscriptions("router-shutdown")
 		for _, c := range k.conns {
 			k.closeConn(c, wire.ErrRouterLost, "router shutting down")
 		}

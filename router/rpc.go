@@ -325,6 +325,11 @@ func (k *core) consume(c *conn, d wire.DeliveryID) bool {
 		return false
 	}
 	delete(c.dlvs, d)
+	if s := ref.sub; s != nil {
+		s.inflight-- // a credit returns, even to a closed subscription
+		k.markDirty(c)
+		return true
+	}
 	if cl := ref.call; cl != nil {
 		if ref.result {
 			delete(c.calls, cl.id) // the call is complete

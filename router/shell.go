@@ -88,6 +88,7 @@ func (sh *shell) writeLoop() {
 	defer sh.helloTimer.Stop()
 	frames := make([]frame, 0, writeBatch)
 	var buf []byte
+	var atts []wire.Attachment
 	for {
 		sh.r.mu.Lock()
 		frames = sh.r.core.pull(sh.c, frames[:0])
@@ -106,7 +107,14 @@ func (sh *shell) writeLoop() {
 		for i := range frames {
 			f := &frames[i]
 			var err error
-			if buf, err = wire.AppendFrame(buf, f.hdr, f.body(), nil); err != nil {
+			// Source owner ids are never delegated: on the wire each
+			// attachment is owned by the recipient's delivery.
+			atts = atts[:0]
+			for _, a := range f.atts {
+				a.OwnerID = wire.DeliveryOwner(f.deliveryID())
+				atts = append(atts, a)
+			}
+			if buf, err = wire.AppendFrame(buf, f.hdr, f.body(), atts); err != nil {
 				// Admission sized every delivery; this is a router bug.
 				sh.r.cfg.Logger.Error("dropping oversized frame", "op", f.hdr.Op, "err", err)
 			}

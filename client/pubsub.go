@@ -1,0 +1,268 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	json "github.com/goccy/go-json"
+
+	"github.com/flybus/flybus/wire"
+)
+
+// TopicInfo answers DeclareTopic.
+type TopicInfo struct {
+	Declared    bool // false: it already existed with the same settings
+	Incarnation wire.TopicInc
+}
+
+// DeclareTopic declares name with its retention. Redeclaring with the same
+// retention is allowed; a different one fails with CONFLICT.
+func (c *Client) DeclareTopic(ctx context.Context, name string, retained wire.Retention) (TopicInfo, error) {
+	var ok wire.DeclareOK
+	err := c.roundTrip(ctx, wire.OpTopicDeclare, &wire.Declare{Name: name, Retained: retained}, &ok, nil)
+	return TopicInfo{Declared: ok.Declared, Incarnation: ok.TopicIncarnation}, err
+}
+
+// ClearTopic releases the topic's retained value; it reports whether there
+// was one. Deliveries already made stay valid.
+func (c *Client) ClearTopic(ctx context.Context, name string) (bool, error) {
+	var ok wire.Cleared
+	err := c.roundTrip(ctx, wire.OpTopicClear, &wire.TopicName{Name: name}, &ok, nil)
+	return ok.Cleared, err
+}
+
+// DeleteTopic deletes a topic without subscribers (CONFLICT otherwise); it
+// reports false for a topic that did not exist.
+func (c *Client) DeleteTopic(ctx context.Context, name string) (bool, error) {
+	var ok wire.Deleted
+	err := c.roundTrip(ctx, wire.OpTopicDelete, &wire.TopicName{Name: name}, &ok, nil)
+	return ok.Deleted, err
+}
+
+// SubscriptionConfig chooses a subscription's mode and credits. Build one
+// with Latest() or Bounded() and adjust it.
+type SubscriptionConfig struct {
+	mode     wire.Mode
+	queued   int
+	inFlight int
+	replay   bool
+}
+
+// Latest is one replaceable queued value and 2 in flight.
+func Latest() SubscriptionConfig {
+	return SubscriptionConfig{mode: wire.ModeLatest, queued: 1, inFlight: 2}
+}
+
+// Bounded is a FIFO of 64 with 16 in flight; a full queue refuses
+// publications (BACKPRESSURE) rather than lose one.
+func Bounded() SubscriptionConfig {
+	return SubscriptionConfig{mode: wire.ModeBounded, queued: 64, inFlight: 16}
+}
+
+// Queued sets the queue bound (bounded mode only; latest is always 1).
+func (s SubscriptionConfig) Queued(n int) SubscriptionConfig { s.queued = n; return s }
+
+// InFlight sets how many delivered messages may be open at once.
+func (s SubscriptionConfig) InFlight(n int) SubscriptionConfig { s.inFlight = n; return s }
+
+// Replay asks for the topic's retained value first.
+func (s SubscriptionConfig) Replay(on bool) SubscriptionConfig { s.replay = on; return s }
+
+// PublishReceipt answers Publish: what admission did, not what consumers
+// have processed.
+type PublishReceipt struct {
+	TopicSequence uint64
+	Subscribers   uint64
+	Replaced      uint64
+}
+
+// Publish admits one message to topic; payload is any JSON-object value or
+// RawJSON.
+func (c *Client) Publish(ctx context.Context, topic string, payload any) (PublishReceipt, error) {
+	raw, err := encodePayload(payload)
+	if err != nil {
+		return PublishReceipt{}, err
+	}
+	var ok wire.PublishOK
+	err = c.roundTrip(ctx, wire.OpPublish, &wire.Publish{Topic: topic, Payload: raw}, &ok, nil)
+	return PublishReceipt{TopicSequence: ok.TopicSequence, Subscribers: ok.Subscribers, Replaced: ok.Replaced}, err
+}
+
+// Subscription receives one topic's messages.
+type Subscription struct {
+	c           *Client
+	id          wire.SubID
+	topic       string
+	incarnation wire.TopicInc
+
+	mu     sync.Mutex
+	queue  []*Message
+	signal chan struct{}
+	closed bool
+	reason string // why the router ended it, if it did
+	once   sync.Once
+}
+
+// ErrSubscriptionClosed is returned by Next after the router closed the
+// subscription (router shutdown) or Close was called.
+var ErrSubscriptionClosed = errors.New("flybus: subscription closed")
+
+// Subscribe subscribes to a declared topic (NO_TOPIC otherwise).
+func (c *Client) Subscribe(ctx context.Context, topic string, cfg SubscriptionConfig) (*Subscription, error) {
+	if cfg.mode == 0 {
+		cfg = Latest()
+	}
+	s := &Subscription{c: c, topic: topic, signal: make(chan struct{}, 1)}
+	var ok wire.SubscribeOK
+	register := func() {
+		s.id, s.incarnation = ok.SubscriptionID, ok.TopicIncarnation
+		c.mu.Lock()
+		c.subs[s.id] = s
+		c.mu.Unlock()
+	}
+	err := c.roundTripThen(ctx, wire.OpSubscribe, &wire.Subscribe{Topic: topic, Mode: cfg.mode,
+		MaxQueued: uint32(cfg.queued), MaxInFlight: uint32(cfg.inFlight), ReplayLatest: cfg.replay}, &ok,
+		func(err error) {
+			if err == nil { // subscribed after the caller gave up
+				s.Close()
+			}
+		}, register)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// ID and TopicIncarnation identify the subscription.
+func (s *Subscription) ID() wire.SubID                  { return s.id }
+func (s *Subscription) TopicIncarnation() wire.TopicInc { return s.incarnation }
+
+func (s *Subscription) push(m *Message) bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	s.queue = append(s.queue, m)
+	s.mu.Unlock()
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// TryNext returns a message already received, without waiting.
+func (s *Subscription) TryNext() (*Message, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 {
+		return nil, false
+	}
+	m := s.queue[0]
+	s.queue[0] = nil
+	s.queue = s.queue[1:]
+	return m, true
+}
+
+// Next waits for the next message. Close every message: that consumes its
+// delivery and returns the subscription's credit.
+func (s *Subscription) Next(ctx context.Context) (*Message, error) {
+	for {
+		if m, ok := s.TryNext(); ok {
+			return m, nil
+		}
+		s.mu.Lock()
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
+			return nil, ErrSubscriptionClosed
+		}
+		select {
+		case <-s.signal:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// ClosedReason is the router's reason when it closed the subscription.
+func (s *Subscription) ClosedReason() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reason
+}
+
+func (s *Subscription) ended(reason string) {
+	s.mu.Lock()
+	s.reason = reason
+	s.mu.Unlock()
+	s.closeQueue()
+}
+
+// closeQueue stops delivery; messages nobody took are consumed.
+func (s *Subscription) closeQueue() {
+	s.mu.Lock()
+	s.closed = true
+	q := s.queue
+	s.queue = nil
+	s.mu.Unlock()
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+	for _, m := range q {
+		m.Close()
+	}
+}
+
+// Close unsubscribes: the router discards the queue. Messages already
+// handed out stay valid until closed. Idempotent.
+func (s *Subscription) Close() error {
+	s.once.Do(func() {
+		s.c.mu.Lock()
+		if s.c.subs[s.id] == s {
+			delete(s.c.subs, s.id)
+		}
+		s.c.mu.Unlock()
+		s.c.fireAndForget(wire.OpUnsubscribe, &wire.Unsubscribe{SubscriptionID: s.id})
+		s.closeQueue()
+	})
+	return nil
+}
+
+// Message is one delivered publication. Close it when done.
+type Message struct {
+	c                *Client
+	DeliveryID       wire.DeliveryID
+	SubscriptionID   wire.SubID
+	Topic            string
+	TopicIncarnation wire.TopicInc
+	TopicSequence    uint64
+	Replaced         uint64 // coalesced since this subscription's previous delivery
+	Payload          wire.RawJSON
+	once             sync.Once
+}
+
+// Decode unmarshals the payload into v.
+func (m *Message) Decode(v any) error { return json.Unmarshal(m.Payload, v) }
+
+// Close consumes the delivery, returning the credit. Idempotent.
+func (m *Message) Close() error {
+	m.once.Do(func() { m.c.consume(m.DeliveryID) })
+	return nil
+}
+
+func (c *Client) onMessage(w *wire.TopicMessage) error {
+	m := &Message{c: c, DeliveryID: w.DeliveryID, SubscriptionID: w.SubscriptionID, Topic: w.Topic,
+		TopicIncarnation: w.TopicIncarnation, TopicSequence: w.TopicSequence, Replaced: w.Replaced,
+		Payload: w.Payload.Clone()}
+	c.mu.Lock()
+	s := c.subs[w.SubscriptionID]
+	c.mu.Unlock()
+	if s == nil || !s.push(m) {
+		m.Close() // unsubscribed: nobody will read it
+	}
+	return nil
+}

@@ -1,0 +1,378 @@
+package router
+
+import (
+	"github.com/flybus/flybus/wire"
+)
+
+// topic is one declared topic. Different topics have no total order; within
+// a topic, topicSequence is the router's acceptance order.
+type topic struct {
+	name     string
+	inc      wire.TopicInc
+	retained wire.Retention
+	seq      uint64
+	subs     []*subscription // creation order
+	latest   *topicMsg       // the retained value, when retained is latest
+}
+
+// topicMsg is one accepted publication, shared by every queue entry and
+// delivery made from it. It is immutable after admission.
+type topicMsg struct {
+	topic   string
+	inc     wire.TopicInc
+	seq     uint64
+	payload []byte
+	atts    []wire.Attachment
+	size    int // its topic.message delivery at the longest ids, for byte budgets
+}
+
+// subscription is one subscriber's queue and credits.
+type subscription struct {
+	id          wire.SubID
+	conn        *conn
+	topic       *topic
+	mode        wire.Mode
+	maxQueued   int
+	maxInFlight int
+	queue       []*topicMsg // bounded: FIFO; latest: at most one
+	inflight    int         // delivered and not yet consumed
+	replaced    uint64      // coalesced since the previous delivery
+	closed      bool
+}
+
+func (k *core) opDeclare(c *conn, env *wire.Envelope) *wire.BusError {
+	var b wire.Declare
+	if err := env.DecodeBody(&b); err != nil {
+		return err.(*wire.BusError)
+	}
+	if !matchAny(c.grants.ManageTopics, b.Name) {
+		return wire.NewError(wire.ErrNotAuthorized, 0, "no manageTopics grant for %s", b.Name)
+	}
+	if t := k.topics[b.Name]; t != nil {
+		if t.retained != b.Retained {
+			return wire.NewError(wire.ErrConflict, 0, "topic %s is declared with retained %s", b.Name, t.retained)
+		}
+		k.reply(c, env, &wire.DeclareOK{Declared: false, TopicIncarnation: t.inc})
+		return nil
+	}
+	if len(k.topics) >= k.limits.MaxTopics {
+		return wire.NewError(wire.ErrQuotaExceeded, 0, "maxTopics topics are declared")
+	}
+	k.nextTop++
+	t := &topic{name: b.Name, inc: wire.TopicInc(k.nextTop), retained: b.Retained}
+	k.topics[b.Name] = t
+	k.reply(c, env, &wire.DeclareOK{Declared: true, TopicIncarnation: t.inc})
+	return nil
+}
+
+// manageableTopic decodes a topic.clear/delete body and checks the grant.
+func (k *core) manageableTopic(c *conn, env *wire.Envelope) (string, *wire.BusError) {
+	var b wire.TopicName
+	if err := env.DecodeBody(&b); err != nil {
+		return "", err.(*wire.BusError)
+	}
+	if !matchAny(c.grants.ManageTopics, b.Name) {
+		return "", wire.NewError(wire.ErrNotAuthorized, 0, "no manageTopics grant for %s", b.Name)
+	}
+	return b.Name, nil
+}
+
+func (k *core) opClear(c *conn, env *wire.Envelope) *wire.BusError {
+	name, err := k.manageableTopic(c, env)
+	if err != nil {
+		return err
+	}
+	t := k.topics[name]
+	if t == nil {
+		return wire.NewError(wire.ErrNoTopic, 0, "no topic %s", name)
+	}
+	cleared := t.latest != nil
+	k.setRetained(t, nil)
+	k.reply(c, env, &wire.Cleared{Cleared: cleared})
+	return nil
+}
+
+func (k *core) opDelete(c *conn, env *wire.Envelope) *wire.BusError {
+	name, err := k.manageableTopic(c, env)
+	if err != nil {
+		return err
+	}
+	t := k.topics[name]
+	if t == nil {
+		k.reply(c, env, &wire.Deleted{Deleted: false})
+		return nil
+	}
+	if len(t.subs) > 0 {
+		return wire.NewError(wire.ErrConflict, 0, "topic %s has %d subscribers", name, len(t.subs))
+	}
+	k.setRetained(t, nil)
+	delete(k.topics, name)
+	k.reply(c, env, &wire.Deleted{Deleted: true})
+	return nil
+}
+
+// setRetained replaces a topic's retained value, keeping the retained-byte
+// account (artifact bytes pinned by retained values, once per topic).
+func (k *core) setRetained(t *topic, m *topicMsg) {
+	if t.latest != nil {
+		k.retainedBytes -= artifactBytes(t.latest.atts)
+	}
+	t.latest = m
+	if m != nil {
+		k.retainedBytes += artifactBytes(m.atts)
+	}
+}
+
+func artifactBytes(atts []wire.Attachment) uint64 {
+	var n uint64
+	for _, a := range atts {
+		n += a.Ref.ByteLength
+	}
+	return n
+}
+
+func (k *core) opSubscribe(c *conn, env *wire.Envelope) *wire.BusError {
+	var b wire.Subscribe
+	if err := env.DecodeBody(&b); err != nil {
+		return err.(*wire.BusError)
+	}
+	if !matchAny(c.grants.Subscribe, b.Topic) {
+		return wire.NewError(wire.ErrNotAuthorized, 0, "no subscribe grant for %s", b.Topic)
+	}
+	t := k.topics[b.Topic]
+	if t == nil {
+		return wire.NewError(wire.ErrNoTopic, 0, "no topic %s", b.Topic)
+	}
+	switch b.Mode {
+	case wire.ModeLatest:
+		if b.MaxQueued != 1 {
+			return wire.NewError(wire.ErrInvalidEnvelope, 0, "a latest subscription queues exactly 1")
+		}
+		if int(b.MaxInFlight) > k.limits.MaxLatestInFlight {
+			return wire.NewError(wire.ErrInvalidEnvelope, 0, "maxInFlight exceeds maxLatestInFlight (%d)", k.limits.MaxLatestInFlight)
+		}
+	case wire.ModeBounded:
+		if int(b.MaxQueued) > k.limits.MaxBoundedQueued || int(b.MaxInFlight) > k.limits.MaxBoundedInFlight {
+			return wire.NewError(wire.ErrInvalidEnvelope, 0, "maxQueued/maxInFlight exceed the router's limits (%d/%d)",
+				k.limits.MaxBoundedQueued, k.limits.MaxBoundedInFlight)
+		}
+	}
+	if len(c.subs) >= k.limits.MaxSubscriptionsPerClient {
+		return wire.NewError(wire.ErrQuotaExceeded, 0, "maxSubscriptionsPerClient subscriptions exist")
+	}
+	if k.subCount >= k.limits.MaxSubscriptions {
+		return wire.NewError(wire.ErrQuotaExceeded, 0, "maxSubscriptions subscriptions exist")
+	}
+	replay := b.ReplayLatest && t.latest != nil
+	if replay && b.Mode == wire.ModeBounded && uint64(c.queuedBytes+t.latest.size) > k.limits.MaxQueuedBytesPerClient {
+		return wire.NewError(wire.ErrBackpressure, 0, "the retained replay would exceed maxQueuedBytesPerClient")
+	}
+	k.nextSub++
+	s := &subscription{id: wire.SubID(k.nextSub), conn: c, topic: t, mode: b.Mode,
+		maxQueued: int(b.MaxQueued), maxInFlight: int(b.MaxInFlight)}
+	t.subs = append(t.subs, s)
+	c.subs = append(c.subs, s)
+	k.subCount++
+	// The reply goes out on the control lane, so it precedes the replay;
+	// the replay is queued now, so it precedes any later publication.
+	k.reply(c, env, &wire.SubscribeOK{SubscriptionID: s.id, TopicIncarnation: t.inc})
+	if replay {
+		k.enqueue(s, t.latest)
+	}
+	return nil
+}
+
+func (k *core) opUnsubscribe(c *conn, env *wire.Envelope) *wire.BusError {
+	var b wire.Unsubscribe
+	if err := env.DecodeBody(&b); err != nil {
+		return err.(*wire.BusError)
+	}
+	for _, s := range c.subs {
+		if s.id == b.SubscriptionID {
+			k.removeSubscription(s)
+			k.reply(c, env, &wire.Removed{Removed: true})
+			return nil
+		}
+	}
+	k.reply(c, env, &wire.Removed{Removed: false})
+	return nil
+}
+
+// removeSubscription discards the queue; deliveries already handed out stay
+// valid until consumed.
+func (k *core) removeSubscription(s *subscription) {
+	s.closed = true
+	k.dropQueue(s)
+	c, t := s.conn, s.topic
+	for i, x := range c.subs {
+		if x == s {
+			c.subs = append(c.subs[:i], c.subs[i+1:]...)
+			break
+		}
+	}
+	for i, x := range t.subs {
+		if x == s {
+			t.subs = append(t.subs[:i], t.subs[i+1:]...)
+			break
+		}
+	}
+	k.subCount--
+}
+
+func (k *core) dropQueue(s *subscription) {
+	if s.mode == wire.ModeBounded {
+		for _, m := range s.queue {
+			s.conn.queuedBytes -= m.size
+		}
+	}
+	clear(s.queue)
+	s.queue = s.queue[:0]
+}
+
+func (k *core) opPublish(c *conn, env *wire.Envelope) *wire.BusError {
+	var b wire.Publish
+	if err := env.DecodeBody(&b); err != nil {
+		return err.(*wire.BusError)
+	}
+	if !matchAny(c.grants.Publish, b.Topic) {
+		return wire.NewError(wire.ErrNotAuthorized, 0, "no publish grant for %s", b.Topic)
+	}
+	t := k.topics[b.Topic]
+	if t == nil {
+		return wire.NewError(wire.ErrNoTopic, 0, "no topic %s", b.Topic)
+	}
+	msgBody := wire.TopicMessage{DeliveryID: maxSerial, SubscriptionID: maxSerial, Topic: t.name,
+		TopicIncarnation: t.inc, TopicSequence: maxSerial, Replaced: maxSerial, Payload: b.Payload}
+	size := deliverySize(&k.buf, wire.OpTopicMessage, &msgBody, env.Attachments)
+	if size > wire.MaxEnvelopeBytes {
+		return wire.NewError(wire.ErrInvalidEnvelope, 0, "the topic.message delivery would be %d bytes, over 65536", size)
+	}
+	// Validate every bounded queue (entries and each client's byte pool)
+	// before changing anything: a refusal spends no sequence number and
+	// moves no retained value. Latest subscribers never refuse.
+	k.pubBytes = k.pubBytes[:0]
+	for _, s := range t.subs {
+		if s.mode != wire.ModeBounded {
+			continue
+		}
+		if len(s.queue) >= s.maxQueued {
+			return wire.NewError(wire.ErrBackpressure, 0, "subscription %s of %s is full", s.id, s.conn.ident.ClientID)
+		}
+		extra := size
+		for _, pb := range k.pubBytes {
+			if pb.c == s.conn {
+				extra += pb.n
+			}
+		}
+		if uint64(s.conn.queuedBytes+extra) > k.limits.MaxQueuedBytesPerClient {
+			return wire.NewError(wire.ErrBackpressure, 0, "client %s has maxQueuedBytesPerClient queued", s.conn.ident.ClientID)
+		}
+		k.pubBytes = append(k.pubBytes, pubBytes{s.conn, size})
+	}
+	if t.retained == wire.RetainLatest {
+		newBytes := k.retainedBytes + artifactBytes(env.Attachments)
+		if t.latest != nil {
+			newBytes -= artifactBytes(t.latest.atts)
+		}
+		if newBytes > k.limits.MaxRetainedBytes {
+			return wire.NewError(wire.ErrQuotaExceeded, 0, "the retained value would exceed maxRetainedBytes")
+		}
+	}
+	if len(t.subs) == 0 && t.retained != wire.RetainLatest {
+		// Nobody holds it: admitted, sequenced, and gone.
+		t.seq++
+		k.stats.publications++
+		k.reply(c, env, &wire.PublishOK{TopicSequence: t.seq})
+		return nil
+	}
+	t.seq++
+	m := &topicMsg{topic: t.name, inc: t.inc, seq: t.seq, payload: append([]byte(nil), b.Payload...), size: size}
+	if len(env.Attachments) > 0 {
+		m.atts = append([]wire.Attachment(nil), env.Attachments...)
+	}
+	var replaced uint64
+	for _, s := range t.subs {
+		if k.enqueue(s, m) {
+			replaced++
+		}
+	}
+	if t.retained == wire.RetainLatest {
+		k.setRetained(t, m)
+	}
+	k.stats.publications++
+	k.reply(c, env, &wire.PublishOK{TopicSequence: t.seq, Subscribers: uint64(len(t.subs)), Replaced: replaced})
+	return nil
+}
+
+// pubBytes tallies, during one publish, the bounded bytes a client would
+// take on, for clients with several subscriptions to the topic.
+type pubBytes struct {
+	c *conn
+	n int
+}
+
+// enqueue adds m to s's queue and reports whether it replaced an
+// undelivered latest value. Bounded capacity was checked by the caller.
+func (k *core) enqueue(s *subscription, m *topicMsg) bool {
+	replaced := false
+	if s.mode == wire.ModeLatest {
+		if len(s.queue) > 0 {
+			s.queue[0] = m
+			s.replaced++
+			replaced = true
+		} else {
+			s.queue = append(s.queue, m)
+		}
+	} else {
+		s.queue = append(s.queue, m)
+		s.conn.queuedBytes += m.size
+	}
+	k.markDirty(s.conn)
+	return replaced
+}
+
+// nextTopicMessage delivers the head of the next subscription queue, round
+// robin, that has a credit, while the connection stays within the owner
+// budget left after the reserve for RPC. Over budget, messages wait.
+func (k *core) nextTopicMessage(c *conn) (frame, bool) {
+	n := len(c.subs)
+	if n == 0 || c.owners()+1 > k.limits.MaxOwnersPerClient-k.limits.ReservedOwnersPerClient {
+		return frame{}, false
+	}
+	for i := range n {
+		s := c.subs[(c.subRR+i)%n]
+		if len(s.queue) == 0 || s.inflight >= s.maxInFlight {
+			continue
+		}
+		c.subRR = (c.subRR + i + 1) % n
+		m := s.queue[0]
+		s.queue[0] = nil
+		s.queue = s.queue[1:]
+		if s.mode == wire.ModeBounded {
+			c.queuedBytes -= m.size
+		}
+		d := wire.DeliveryID(c.dlvNext)
+		c.dlvNext++
+		c.dlvs[d] = dlvRef{sub: s, msg: m}
+		s.inflight++
+		replaced := s.replaced
+		s.replaced = 0
+		return frame{hdr: wire.Header{Kind: wire.KindDelivery, Op: wire.OpTopicMessage},
+			msg: wire.TopicMessage{DeliveryID: d, SubscriptionID: s.id, Topic: m.topic,
+				TopicIncarnation: m.inc, TopicSequence: m.seq, Replaced: replaced, Payload: m.payload},
+			atts: m.atts}, true
+	}
+	return frame{}, false
+}
+
+// closeSubscriptions tells every subscriber its subscription ended (router
+// shutdown is the only cause in v1) and discards their queues.
+func (k *core) closeSubscriptions(reason string) {
+	for _, c := range k.conns {
+		for _, s := range append([]*subscription(nil), c.subs...) {
+			k.notice(c, wire.OpSubscriptionClosed, &wire.SubscriptionClosed{SubscriptionID: s.id,
+				Topic: s.topic.name, TopicIncarnation: s.topic.inc, Reason: reason})
+			k.removeSubscription(s)
+		}
+	}
+}

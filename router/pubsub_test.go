@@ -1,0 +1,455 @@
+package router_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/router"
+	"github.com/flybus/flybus/wire"
+)
+
+type tick struct {
+	N int `json:"n"`
+}
+
+func mustDeclare(t *testing.T, c *client.Client, name string, r wire.Retention) client.TopicInfo {
+	t.Helper()
+	info, err := c.DeclareTopic(ctxT(t), name, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+func mustPublish(t *testing.T, c *client.Client, topic string, n int) client.PublishReceipt {
+	t.Helper()
+	rc, err := c.Publish(ctxT(t), topic, tick{N: n})
+	if err != nil {
+		t.Fatalf("publish %d: %v", n, err)
+	}
+	return rc
+}
+
+func next(t *testing.T, s *client.Subscription) (*client.Message, int) {
+	t.Helper()
+	m, err := s.Next(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v tick
+	if err := m.Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	return m, v.N
+}
+
+func TestTopicDeclarationRules(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		c := h.dial("admin")
+		info := mustDeclare(t, c, "session.demo.snapshots", wire.RetainLatest)
+		if !info.Declared || info.Incarnation == 0 {
+			t.Fatalf("declare: %+v", info)
+		}
+		again := mustDeclare(t, c, "session.demo.snapshots", wire.RetainLatest)
+		if again.Declared || again.Incarnation != info.Incarnation {
+			t.Fatalf("compatible redeclaration: %+v", again)
+		}
+		if _, err := c.DeclareTopic(ctx, "session.demo.snapshots", wire.RetainNone); code(t, err) != wire.ErrConflict {
+			t.Fatalf("conflicting redeclaration: %v", err)
+		}
+		if _, err := c.Publish(ctx, "nobody.declared", nil); code(t, err) != wire.ErrNoTopic {
+			t.Fatalf("publish undeclared: %v", err)
+		}
+		if _, err := c.Subscribe(ctx, "nobody.declared", client.Latest()); code(t, err) != wire.ErrNoTopic {
+			t.Fatalf("subscribe undeclared: %v", err)
+		}
+		if _, err := c.ClearTopic(ctx, "nobody.declared"); code(t, err) != wire.ErrNoTopic {
+			t.Fatalf("clear undeclared: %v", err)
+		}
+		if deleted, err := c.DeleteTopic(ctx, "nobody.declared"); err != nil || deleted {
+			t.Fatalf("delete undeclared: %v %v", deleted, err)
+		}
+		sub, err := c.Subscribe(ctx, "session.demo.snapshots", client.Latest())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.DeleteTopic(ctx, "session.demo.snapshots"); code(t, err) != wire.ErrConflict {
+			t.Fatalf("delete with subscribers: %v", err)
+		}
+		sub.Close()
+		waitFor(t, "unsubscribe", func() bool { return h.r.Stats().Subscriptions == 0 })
+		if deleted, err := c.DeleteTopic(ctx, "session.demo.snapshots"); err != nil || !deleted {
+			t.Fatalf("delete: %v %v", deleted, err)
+		}
+		fresh := mustDeclare(t, c, "session.demo.snapshots", wire.RetainLatest)
+		if !fresh.Declared || fresh.Incarnation == info.Incarnation {
+			t.Fatalf("redeclared topic reused its incarnation: %+v vs %+v", fresh, info)
+		}
+	})
+}
+
+func TestExactTopicsAndBoundedFIFO(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		pub, subc := h.dial("pub"), h.dial("sub")
+		mustDeclare(t, pub, "world.frame", wire.RetainNone)
+		mustDeclare(t, pub, "world.frame.meta", wire.RetainNone)
+		s, err := subc.Subscribe(ctx, "world.frame", client.Bounded())
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustPublish(t, pub, "world.frame.meta", 99) // another topic entirely
+		for i := range 5 {
+			rc := mustPublish(t, pub, "world.frame", i)
+			if rc.TopicSequence != uint64(i+1) || rc.Subscribers != 1 || rc.Replaced != 0 {
+				t.Fatalf("receipt %d: %+v", i, rc)
+			}
+		}
+		for i := range 5 {
+			m, n := next(t, s)
+			if n != i || m.TopicSequence != uint64(i+1) || m.Topic != "world.frame" || m.Replaced != 0 {
+				t.Fatalf("message %d: n=%d %+v", i, n, m)
+			}
+			m.Close()
+		}
+		if m, ok := s.TryNext(); ok {
+			t.Fatalf("unexpected message %+v", m)
+		}
+	})
+}
+
+func TestBoundedOverflowRefusesTheWholePublication(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		pub, a, b := h.dial("pub"), h.dial("a"), h.dial("b")
+		mustDeclare(t, pub, "events", wire.RetainLatest)
+		small, err := a.Subscribe(ctx, "events", client.Bounded().Queued(2).InFlight(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		roomy, err := b.Subscribe(ctx, "events", client.Bounded())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// a: one in flight (held, not closed) and two queued, then full.
+		mustPublish(t, pub, "events", 0)
+		held, _ := next(t, small)
+		mustPublish(t, pub, "events", 1)
+		mustPublish(t, pub, "events", 2)
+		_, err = pub.Publish(ctx, "events", tick{N: 3})
+		if code(t, err) != wire.ErrBackpressure {
+			t.Fatalf("overflow: %v", err)
+		}
+		// Nothing moved: b saw exactly 0,1,2; no sequence was spent; the
+		// retained value is still 2.
+		for i := range 3 {
+			m, n := next(t, roomy)
+			if n != i {
+				t.Fatalf("b got %d, want %d", n, i)
+			}
+			m.Close()
+		}
+		late, err := b.Subscribe(ctx, "events", client.Latest().Replay(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, n := next(t, late)
+		if n != 2 || m.TopicSequence != 3 {
+			t.Fatalf("retained after refusal: n=%d seq=%d", n, m.TopicSequence)
+		}
+		m.Close()
+		held.Close() // the credit returns only now: a's queue drains
+		for i := 1; i < 3; i++ {
+			m, n := next(t, small)
+			if n != i {
+				t.Fatalf("a got %d, want %d", n, i)
+			}
+			m.Close()
+		}
+		if rc := mustPublish(t, pub, "events", 4); rc.TopicSequence != 4 {
+			t.Fatalf("sequence after a refusal: %+v", rc)
+		}
+	})
+}
+
+func TestLatestCoalescesAndCountsReplaced(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		pub, subc := h.dial("pub"), h.dial("viewer")
+		mustDeclare(t, pub, "frames", wire.RetainNone)
+		s, err := subc.Subscribe(ctx, "frames", client.Latest().InFlight(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustPublish(t, pub, "frames", 0)
+		first, n := next(t, s) // in flight: later ones coalesce in the one slot
+		if n != 0 {
+			t.Fatalf("first %d", n)
+		}
+		var replaced uint64
+		for i := 1; i <= 5; i++ {
+			replaced += mustPublish(t, pub, "frames", i).Replaced
+		}
+		if replaced != 4 {
+			t.Fatalf("publications reported %d replaced, want 4", replaced)
+		}
+		first.Close()
+		m, n := next(t, s)
+		if n != 5 || m.Replaced != 4 || m.TopicSequence != 6 {
+			t.Fatalf("coalesced delivery: n=%d replaced=%d seq=%d", n, m.Replaced, m.TopicSequence)
+		}
+		m.Close()
+	})
+}
+
+func TestLatestSubscriberNeverRefusesAPublication(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		pub, subc := h.dial("pub"), h.dial("spectator")
+		mustDeclare(t, pub, "feed", wire.RetainNone)
+		s, err := subc.Subscribe(ctx, "feed", client.Latest().InFlight(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pad := strings.Repeat("x", 60_000)
+		for i := range 100 {
+			if _, err := pub.Publish(ctx, "feed", map[string]any{"n": i, "pad": pad}); err != nil {
+				t.Fatalf("publication %d refused: %v", i, err)
+			}
+		}
+		// The spectator never closed anything: at most one in flight and
+		// one queued, whatever it costs it.
+		if q := h.r.Stats().QueuedBytes; q != 0 {
+			t.Fatalf("latest slots counted in the bounded byte pool: %d", q)
+		}
+		m, _ := s.Next(ctx)
+		m.Close()
+	})
+}
+
+func TestRetainedReplayPrecedesLaterPublications(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		pub, subc := h.dial("pub"), h.dial("late")
+		mustDeclare(t, pub, "snapshots", wire.RetainLatest)
+		mustPublish(t, pub, "snapshots", 1)
+		// A publication racing the subscription: whichever the router
+		// admits first, the replay comes before anything published later.
+		done := make(chan error, 1)
+		go func() { _, err := pub.Publish(ctx, "snapshots", tick{N: 2}); done <- err }()
+		s, err := subc.Subscribe(ctx, "snapshots", client.Bounded().Replay(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		m, n := next(t, s)
+		if m.TopicSequence != uint64(n) {
+			t.Fatalf("sequence %d for value %d", m.TopicSequence, n)
+		}
+		m.Close()
+		if n == 1 { // replay of 1, then the racing 2 as a live publication
+			m, n = next(t, s)
+			if n != 2 {
+				t.Fatalf("after replay got %d", n)
+			}
+			m.Close()
+		}
+		mustPublish(t, pub, "snapshots", 3)
+		m, n = next(t, s)
+		if n != 3 {
+			t.Fatalf("got %d after the replay, want 3", n)
+		}
+		m.Close()
+		// Clear: no replay until a fresh publication.
+		if cleared, err := pub.ClearTopic(ctx, "snapshots"); err != nil || !cleared {
+			t.Fatalf("clear: %v %v", cleared, err)
+		}
+		s2, err := subc.Subscribe(ctx, "snapshots", client.Latest().Replay(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, ok := s2.TryNext(); ok {
+			t.Fatalf("replay after clear: %+v", m)
+		}
+		mustPublish(t, pub, "snapshots", 4)
+		m, n = next(t, s2)
+		if n != 4 {
+			t.Fatalf("after clear got %d", n)
+		}
+		m.Close()
+		// s2 saw no replay: prove it by a fresh subscriber getting 4.
+		s3, _ := subc.Subscribe(ctx, "snapshots", client.Latest().Replay(true))
+		m, n = next(t, s3)
+		if n != 4 || m.TopicSequence != 4 {
+			t.Fatalf("replay of 4: n=%d seq=%d", n, m.TopicSequence)
+		}
+		m.Close()
+	})
+}
+
+func TestCreditsReturnOnlyOnConsume(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		pub, subc := h.dial("pub"), h.dial("sub")
+		mustDeclare(t, pub, "work", wire.RetainNone)
+		s, err := subc.Subscribe(ctx, "work", client.Bounded().InFlight(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 4 {
+			mustPublish(t, pub, "work", i)
+		}
+		a, _ := next(t, s)
+		b, _ := next(t, s)
+		// Written to the socket is not consumed: the third stays queued.
+		waitFor(t, "two queued", func() bool { return h.r.Stats().Queued == 2 })
+		if m, ok := s.TryNext(); ok {
+			t.Fatalf("third delivered before a credit returned: %+v", m)
+		}
+		a.Close()
+		c, n := next(t, s)
+		if n != 2 {
+			t.Fatalf("got %d", n)
+		}
+		b.Close()
+		c.Close()
+		d, _ := next(t, s)
+		d.Close()
+		waitFor(t, "owners released", func() bool { return h.r.Stats().Owners == 0 })
+	})
+}
+
+func TestUnsubscribeKeepsDeliveredMessages(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		pub, subc := h.dial("pub"), h.dial("sub")
+		mustDeclare(t, pub, "t", wire.RetainNone)
+		s, _ := subc.Subscribe(ctx, "t", client.Bounded().InFlight(1))
+		mustPublish(t, pub, "t", 1)
+		mustPublish(t, pub, "t", 2)
+		held, _ := next(t, s)
+		waitFor(t, "one queued", func() bool { return h.r.Stats().Queued == 1 })
+		s.Close()
+		waitFor(t, "queue discarded", func() bool { st := h.r.Stats(); return st.Subscriptions == 0 && st.Queued == 0 })
+		if st := h.r.Stats(); st.Owners != 1 {
+			t.Fatalf("the delivered message lost its root: %+v", st)
+		}
+		var v tick
+		if err := held.Decode(&v); err != nil || v.N != 1 {
+			t.Fatalf("delivered message after unsubscribe: %v %+v", err, v)
+		}
+		held.Close()
+		waitFor(t, "the root released", func() bool { return h.r.Stats().Owners == 0 })
+	})
+}
+
+func TestTopicNamedLikeANoticeIsTopicData(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		pub, subc := h.dial("pub"), h.dial("sub")
+		for _, name := range []string{"connection.closing", "call.failed", "route.removed"} {
+			mustDeclare(t, pub, name, wire.RetainNone)
+			s, err := subc.Subscribe(ctx, name, client.Bounded())
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustPublish(t, pub, name, 7)
+			m, n := next(t, s)
+			if n != 7 || m.Topic != name {
+				t.Fatalf("%s: %+v", name, m)
+			}
+			m.Close()
+		}
+		if subc.Err() != nil {
+			t.Fatalf("the subscriber's connection ended: %v", subc.Err())
+		}
+	})
+}
+
+// A subscriber that never consumes must not delay RPC results or replies,
+// for itself or anyone else.
+func TestSaturatedSubscriberDoesNotDelayControlOrRPC(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		pub, slow, svcClient := h.dial("pub"), h.dial("slow"), h.dial("svc")
+		mustDeclare(t, pub, "firehose", wire.RetainNone)
+		if _, err := slow.Subscribe(ctx, "firehose", client.Bounded().Queued(64).InFlight(16)); err != nil {
+			t.Fatal(err)
+		}
+		svc, _ := svcClient.Register(ctx, "status", client.ServiceConfig{})
+		go serveCounter(ctx, svc)
+		for i := range 200 {
+			if _, err := pub.Publish(ctx, "firehose", tick{N: i}); err != nil {
+				break // BACKPRESSURE once the slow queue is full: expected
+			}
+		}
+		// The saturated client itself still gets replies and results.
+		res, err := slow.CallAndWait(ctx, "status", 0, "Status", counterArgs{Amount: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Close()
+		if _, err := slow.DeclareTopic(ctx, "other", wire.RetainNone); err != nil {
+			t.Fatal(err)
+		}
+		res, err = pub.CallAndWait(ctx, "status", 0, "Status", counterArgs{Amount: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Close()
+	})
+}
+
+func TestSubscriptionQuotas(t *testing.T) {
+	l := wire.DefaultLimits()
+	l.MaxSubscriptionsPerClient = 2
+	l.MaxTopics = 3
+	forEachTransport(t, router.Config{Policy: router.OpenPolicy(), Limits: l}, func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		c := h.dial("c")
+		for _, n := range []string{"a", "b", "c"} {
+			mustDeclare(t, c, n, wire.RetainNone)
+		}
+		if _, err := c.DeclareTopic(ctx, "d", wire.RetainNone); code(t, err) != wire.ErrQuotaExceeded {
+			t.Fatalf("maxTopics: %v", err)
+		}
+		for _, n := range []string{"a", "b"} {
+			if _, err := c.Subscribe(ctx, n, client.Latest()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := c.Subscribe(ctx, "c", client.Latest()); code(t, err) != wire.ErrQuotaExceeded {
+			t.Fatalf("maxSubscriptionsPerClient: %v", err)
+		}
+		if _, err := c.Subscribe(ctx, "c", client.Latest().InFlight(3)); code(t, err) != wire.ErrInvalidEnvelope {
+			t.Fatalf("latest in-flight over the limit: %v", err)
+		}
+	})
+}
+
+func TestShutdownClosesSubscriptionsWithNotices(t *testing.T) {
+	for _, unix := range []bool{false, true} {
+		h := newHarness(t, open(), unix)
+		c := h.dial("sub")
+		mustDeclare(t, c, "t", wire.RetainNone)
+		s, err := c.Subscribe(ctxT(t), "t", client.Latest())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.r.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Next(ctxT(t)); err != client.ErrSubscriptionClosed {
+			t.Fatalf("Next after shutdown: %v", err)
+		}
+		if s.ClosedReason() != "router-shutdown" {
+			t.Fatalf("reason %q", s.ClosedReason())
+		}
+		<-c.Done()
+	}
+}
