@@ -67,6 +67,7 @@ type Client struct {
 type sendItem struct {
 	op   wire.Op
 	body []byte // encoded body
+	atts []wire.Attachment
 	w    *waiter
 }
 
@@ -240,13 +241,18 @@ func (c *Client) wakeWriter() {
 // into v. If ctx ends first, orphan (when set) runs with the reply once it
 // arrives, so that nothing the router granted is leaked.
 func (c *Client) roundTrip(ctx context.Context, op wire.Op, body wire.Body, v wire.Body, orphan func(error)) error {
-	return c.roundTripThen(ctx, op, body, v, orphan, nil)
+	return c.send(ctx, op, body, nil, v, orphan, nil)
 }
 
 // roundTripThen is roundTrip with a hook the reader runs on success.
 func (c *Client) roundTripThen(ctx context.Context, op wire.Op, body wire.Body, v wire.Body, orphan func(error), then func()) error {
+	return c.send(ctx, op, body, nil, v, orphan, then)
+}
+
+// send is the general round trip, with attachments.
+func (c *Client) send(ctx context.Context, op wire.Op, body wire.Body, atts []wire.Attachment, v wire.Body, orphan func(error), then func()) error {
 	w := &waiter{op: op, v: v, ch: make(chan error, 1), orphan: orphan, then: then}
-	if err := c.enqueue(op, body, w, false); err != nil {
+	if err := c.enqueueWith(op, body, atts, w, false); err != nil {
 		return err
 	}
 	select {
@@ -268,7 +274,11 @@ func (c *Client) roundTripThen(ctx context.Context, op wire.Op, body wire.Body, 
 
 // enqueue queues a command; control commands go ahead of ordinary ones.
 func (c *Client) enqueue(op wire.Op, body wire.Body, w *waiter, control bool) error {
-	it := &sendItem{op: op, body: body.AppendJSON(nil), w: w}
+	return c.enqueueWith(op, body, nil, w, control)
+}
+
+func (c *Client) enqueueWith(op wire.Op, body wire.Body, atts []wire.Attachment, w *waiter, control bool) error {
+	it := &sendItem{op: op, body: body.AppendJSON(nil), atts: atts, w: w}
 	c.mu.Lock()
 	if c.lost != nil || c.closing && !control {
 		err := c.lost
@@ -350,7 +360,7 @@ func (c *Client) writeLoop() {
 				c.waiters[c.nextMsg] = &waiter{op: it.op, ch: make(chan error, 1), orphaned: true}
 			}
 			var err error
-			buf, err = wire.AppendFrame(buf, wire.Header{ID: c.nextMsg, Kind: wire.KindCommand, Op: it.op}, wire.RawJSON(it.body), nil)
+			buf, err = wire.AppendFrame(buf, wire.Header{ID: c.nextMsg, Kind: wire.KindCommand, Op: it.op}, wire.RawJSON(it.body), it.atts)
 			if err != nil {
 				delete(c.waiters, c.nextMsg)
 				if it.w != nil {

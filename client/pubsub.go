@@ -78,14 +78,21 @@ type PublishReceipt struct {
 }
 
 // Publish admits one message to topic; payload is any JSON-object value or
-// RawJSON.
-func (c *Client) Publish(ctx context.Context, topic string, payload any) (PublishReceipt, error) {
+// RawJSON, atts the artifacts it carries (fan-out adds owners, never bytes).
+func (c *Client) Publish(ctx context.Context, topic string, payload any, atts ...Attachment) (PublishReceipt, error) {
 	raw, err := encodePayload(payload)
 	if err != nil {
 		return PublishReceipt{}, err
 	}
+	watts, undo, err := wireAttachments(atts)
+	if err != nil {
+		return PublishReceipt{}, err
+	}
 	var ok wire.PublishOK
-	err = c.roundTrip(ctx, wire.OpPublish, &wire.Publish{Topic: topic, Payload: raw}, &ok, nil)
+	err = c.send(ctx, wire.OpPublish, &wire.Publish{Topic: topic, Payload: raw}, watts, &ok, func(error) { undo() }, nil)
+	if !isCtxErr(err) {
+		undo()
+	}
 	return PublishReceipt{TopicSequence: ok.TopicSequence, Subscribers: ok.Subscribers, Replaced: ok.Replaced}, err
 }
 
@@ -242,22 +249,31 @@ type Message struct {
 	TopicSequence    uint64
 	Replaced         uint64 // coalesced since this subscription's previous delivery
 	Payload          wire.RawJSON
+	g                *guard
+	arts             map[string]wire.ArtifactRef
 	once             sync.Once
 }
 
 // Decode unmarshals the payload into v.
 func (m *Message) Decode(v any) error { return json.Unmarshal(m.Payload, v) }
 
-// Close consumes the delivery, returning the credit. Idempotent.
+// Artifact extracts a named attachment. It shares the message's delivery:
+// the delivery (and the subscription's credit) is released only when the
+// message and every artifact and view taken from it are closed.
+func (m *Message) Artifact(name string) (*Artifact, error) {
+	return m.c.artifactFrom(m.g, m.arts, name)
+}
+
+// Close releases the message's share of its delivery. Idempotent.
 func (m *Message) Close() error {
-	m.once.Do(func() { m.c.consume(m.DeliveryID) })
+	m.once.Do(m.g.drop)
 	return nil
 }
 
-func (c *Client) onMessage(w *wire.TopicMessage) error {
+func (c *Client) onMessage(w *wire.TopicMessage, arts map[string]wire.ArtifactRef) error {
 	m := &Message{c: c, DeliveryID: w.DeliveryID, SubscriptionID: w.SubscriptionID, Topic: w.Topic,
 		TopicIncarnation: w.TopicIncarnation, TopicSequence: w.TopicSequence, Replaced: w.Replaced,
-		Payload: w.Payload.Clone()}
+		Payload: w.Payload.Clone(), g: c.deliveryGuard(w.DeliveryID), arts: arts}
 	c.mu.Lock()
 	s := c.subs[w.SubscriptionID]
 	c.mu.Unlock()

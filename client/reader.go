@@ -121,19 +121,31 @@ func (c *Client) onDelivery(env *wire.Envelope) error {
 		if err := env.DecodeBody(&r); err != nil {
 			return err
 		}
-		return c.onRequest(&r)
+		arts, err := deliveryArtifacts(r.DeliveryID, env.Attachments)
+		if err != nil {
+			return err
+		}
+		return c.onRequest(&r, arts)
 	case wire.OpRPCResult:
 		var r wire.Result
 		if err := env.DecodeBody(&r); err != nil {
 			return err
 		}
-		return c.onResult(&r)
+		arts, err := deliveryArtifacts(r.DeliveryID, env.Attachments)
+		if err != nil {
+			return err
+		}
+		return c.onResult(&r, arts)
 	case wire.OpTopicMessage:
 		var m wire.TopicMessage
 		if err := env.DecodeBody(&m); err != nil {
 			return err
 		}
-		return c.onMessage(&m)
+		arts, err := deliveryArtifacts(m.DeliveryID, env.Attachments)
+		if err != nil {
+			return err
+		}
+		return c.onMessage(&m, arts)
 	}
 	return fmt.Errorf("%s is not supported by this client yet", env.Op)
 }

@@ -172,13 +172,14 @@ func (s *Service) Close() error {
 	return nil
 }
 
-func (c *Client) onRequest(r *wire.Request) error {
+func (c *Client) onRequest(r *wire.Request, arts map[string]wire.ArtifactRef) error {
 	c.mu.Lock()
 	s := c.services[r.Target]
 	c.mu.Unlock()
 	req := &Request{c: c, Method: r.Method, Payload: r.Payload.Clone(), Caller: r.Caller,
-		CallID: r.CallID, DeliveryID: r.DeliveryID, ServiceIncarnation: r.ServiceIncarnation}
-	req.guard.refs, req.cap.refs = 1, 1
+		CallID: r.CallID, DeliveryID: r.DeliveryID, ServiceIncarnation: r.ServiceIncarnation,
+		g: c.deliveryGuard(r.DeliveryID), arts: arts}
+	req.cap.refs = 1
 	if s == nil || !s.push(req) {
 		req.Close() // nobody will serve it: consume and give up the reply
 	}
@@ -197,8 +198,9 @@ type Request struct {
 	DeliveryID         wire.DeliveryID
 	ServiceIncarnation wire.ServiceInc
 
-	guard refCount // the delivery: consumed at zero
-	cap   refCount // the reply capability: released at zero unless replied
+	g    *guard // the delivery: consumed when the request and its artifacts are closed
+	arts map[string]wire.ArtifactRef
+	cap  refCount // the reply capability: released at zero unless replied
 
 	mu      sync.Mutex
 	replied bool
@@ -227,24 +229,39 @@ func (r *refCount) add() {
 // Decode unmarshals the payload into v.
 func (r *Request) Decode(v any) error { return json.Unmarshal(r.Payload, v) }
 
-// Reply answers the call with outcome (any JSON object value). It reports
-// routed=false when the caller has detached; a second reply fails with
-// CALL_GONE.
-func (r *Request) Reply(ctx context.Context, outcome any) (bool, error) {
-	return replyTo(ctx, r, outcome)
+// Artifact extracts a named attachment. It shares the request's delivery:
+// the delivery is consumed when the request and every artifact (and view)
+// taken from it are closed.
+func (r *Request) Artifact(name string) (*Artifact, error) {
+	return r.c.artifactFrom(r.g, r.arts, name)
 }
 
-func replyTo(ctx context.Context, r *Request, outcome any) (bool, error) {
+// Reply answers the call with outcome (any JSON object value) and the
+// service's own artifacts. It reports routed=false when the caller has
+// detached; a second reply fails with CALL_GONE.
+func (r *Request) Reply(ctx context.Context, outcome any, atts ...Attachment) (bool, error) {
+	return replyTo(ctx, r, outcome, atts)
+}
+
+func replyTo(ctx context.Context, r *Request, outcome any, atts []Attachment) (bool, error) {
 	raw, err := encodePayload(outcome)
 	if err != nil {
 		return false, err
 	}
-	var ok wire.Routed
-	err = r.c.roundTrip(ctx, wire.OpRPCReply, &wire.Reply{CallID: r.CallID,
-		RequestDeliveryID: r.DeliveryID, Outcome: raw}, &ok, nil)
+	watts, undo, err := wireAttachments(atts)
 	if err != nil {
 		return false, err
 	}
+	var ok wire.Routed
+	err = r.c.send(ctx, wire.OpRPCReply, &wire.Reply{CallID: r.CallID,
+		RequestDeliveryID: r.DeliveryID, Outcome: raw}, watts, &ok, func(error) { undo() }, nil)
+	if err != nil {
+		if !isCtxErr(err) {
+			undo()
+		}
+		return false, err
+	}
+	undo()
 	r.mu.Lock()
 	r.replied = true
 	r.mu.Unlock()
@@ -269,9 +286,7 @@ func (r *Request) Close() error {
 	}
 	r.closed = true
 	r.mu.Unlock()
-	if r.guard.drop() {
-		r.c.consume(r.DeliveryID)
-	}
+	r.g.drop()
 	r.dropCap()
 	return nil
 }
@@ -295,8 +310,8 @@ type Responder struct {
 }
 
 // Reply answers the call; see Request.Reply.
-func (p *Responder) Reply(ctx context.Context, outcome any) (bool, error) {
-	return replyTo(ctx, p.r, outcome)
+func (p *Responder) Reply(ctx context.Context, outcome any, atts ...Attachment) (bool, error) {
+	return replyTo(ctx, p.r, outcome, atts)
 }
 
 // Close drops this responder's capability. Idempotent.
@@ -313,15 +328,21 @@ type Result struct {
 	Responder          wire.Identity
 	ServiceIncarnation wire.ServiceInc
 	Outcome            wire.RawJSON
+	g                  *guard
+	arts               map[string]wire.ArtifactRef
 	once               sync.Once
 }
 
 // Decode unmarshals the outcome into v.
 func (r *Result) Decode(v any) error { return json.Unmarshal(r.Outcome, v) }
 
-// Close consumes the result delivery. Idempotent.
+// Artifact extracts a named attachment sharing the result's delivery.
+func (r *Result) Artifact(name string) (*Artifact, error) { return r.c.artifactFrom(r.g, r.arts, name) }
+
+// Close consumes the result delivery once every artifact taken from it is
+// closed too. Idempotent.
 func (r *Result) Close() error {
-	r.once.Do(func() { r.c.consume(r.DeliveryID) })
+	r.once.Do(r.g.drop)
 	return nil
 }
 
@@ -418,8 +439,12 @@ func (p *PendingCall) Close() error {
 // Call admits a call to target. pin, when nonzero, is the service
 // incarnation the call must reach (TARGET_CHANGED otherwise). payload is
 // any JSON-object value, or RawJSON.
-func (c *Client) Call(ctx context.Context, target string, pin wire.ServiceInc, method string, payload any) (*PendingCall, error) {
+func (c *Client) Call(ctx context.Context, target string, pin wire.ServiceInc, method string, payload any, atts ...Attachment) (*PendingCall, error) {
 	raw, err := encodePayload(payload)
+	if err != nil {
+		return nil, err
+	}
+	watts, undo, err := wireAttachments(atts)
 	if err != nil {
 		return nil, err
 	}
@@ -435,13 +460,17 @@ func (c *Client) Call(ctx context.Context, target string, pin wire.ServiceInc, m
 		body.ExpectedIncarnation = wire.Some(pin)
 	}
 	var ok wire.CallOK
-	err = c.roundTrip(ctx, wire.OpRPCCall, body, &ok, func(err error) {
+	err = c.send(ctx, wire.OpRPCCall, body, watts, &ok, func(err error) {
+		undo()
 		if err == nil { // admitted after the caller gave up
 			p.Close()
 		}
-	})
+	}, nil)
+	if !isCtxErr(err) {
+		undo() // admitted or refused: the router holds its own roots now
+	}
 	if err != nil {
-		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		if !isCtxErr(err) {
 			c.mu.Lock()
 			delete(c.calls, id)
 			c.mu.Unlock()
@@ -458,8 +487,8 @@ func (c *Client) Call(ctx context.Context, target string, pin wire.ServiceInc, m
 
 // CallAndWait calls and waits for the result. If ctx ends first the call is
 // abandoned (best-effort cancel) and ctx's error returned.
-func (c *Client) CallAndWait(ctx context.Context, target string, pin wire.ServiceInc, method string, payload any) (*Result, error) {
-	p, err := c.Call(ctx, target, pin, method, payload)
+func (c *Client) CallAndWait(ctx context.Context, target string, pin wire.ServiceInc, method string, payload any, atts ...Attachment) (*Result, error) {
+	p, err := c.Call(ctx, target, pin, method, payload, atts...)
 	if err != nil {
 		return nil, err
 	}
@@ -470,13 +499,20 @@ func (c *Client) CallAndWait(ctx context.Context, target string, pin wire.Servic
 	return res, err
 }
 
-func (c *Client) onResult(r *wire.Result) error {
+// isCtxErr reports a local deadline or cancellation: the operation's
+// outcome at the router is still unknown.
+func isCtxErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+func (c *Client) onResult(r *wire.Result, arts map[string]wire.ArtifactRef) error {
 	c.mu.Lock()
 	p := c.calls[r.CallID]
 	delete(c.calls, r.CallID)
 	c.mu.Unlock()
 	res := &Result{c: c, CallID: r.CallID, DeliveryID: r.DeliveryID, Responder: r.Responder,
-		ServiceIncarnation: r.ServiceIncarnation, Outcome: r.Outcome.Clone()}
+		ServiceIncarnation: r.ServiceIncarnation, Outcome: r.Outcome.Clone(),
+		g: c.deliveryGuard(r.DeliveryID), arts: arts}
 	if p == nil {
 		res.Close() // nobody waits: consume it
 		return nil

@@ -29,6 +29,12 @@ type core struct {
 	retainedBytes                       uint64
 	pubBytes                            []pubBytes // scratch for publish admission
 
+	hasStore     bool
+	artifacts    map[wire.ArtifactID]*artifact
+	nextArtifact uint64
+	storeBytes   uint64 // staging, sealed and seal-copy reservations
+	effects      []effect
+
 	// dirty lists connections whose writers have new output; the shell
 	// drains it after each step.
 	dirty []*conn
@@ -52,6 +58,8 @@ type counters struct {
 	protocolCloses   uint64
 	controlOverflows uint64
 	publications     uint64
+	seals            uint64
+	collected        uint64
 }
 
 func newCore(l wire.Limits, p Policy, rid wire.RouterID, sid wire.StoreID) *core {
@@ -61,6 +69,8 @@ func newCore(l wire.Limits, p Policy, rid wire.RouterID, sid wire.StoreID) *core
 		clients:  map[string]*clientRec{},
 		services: map[string]*service{},
 		topics:   map[string]*topic{},
+
+		artifacts: map[wire.ArtifactID]*artifact{},
 	}
 }
 
@@ -167,6 +177,16 @@ func (k *core) handle(c *conn, env *wire.Envelope, decErr *wire.BusError) {
 		err = k.opUnsubscribe(c, env)
 	case wire.OpPublish:
 		err = k.opPublish(c, env)
+	case wire.OpArtifactAllocate:
+		err = k.opAllocate(c, env)
+	case wire.OpArtifactSeal:
+		err = k.opSeal(c, env)
+	case wire.OpArtifactOpen:
+		err = k.opOpen(c, env)
+	case wire.OpArtifactRetain:
+		err = k.opRetain(c, env)
+	case wire.OpArtifactRelease:
+		err = k.opRelease(c, env)
 	default:
 		err = wire.NewError(wire.ErrInvalidEnvelope, 0, "%s is not supported by this router yet", env.Op)
 	}
@@ -177,19 +197,12 @@ func (k *core) handle(c *conn, env *wire.Envelope, decErr *wire.BusError) {
 
 // reply queues {ok:true, value} answering env.
 func (k *core) reply(c *conn, env *wire.Envelope, v wire.Body) {
-	rb := wire.ReplyBody{Value: v}
-	k.buf = rb.AppendJSON(k.buf[:0])
-	k.pushControl(c, wire.KindReply, env.Op, wire.Some(wire.MsgID(env.ID)), k.buf, false)
+	k.replyTo(c, env.Op, wire.MsgID(env.ID), v)
 }
 
 // refuse queues {ok:false, error} answering env.
 func (k *core) refuse(c *conn, env *wire.Envelope, e *wire.BusError) {
-	if int(e.Code) < len(k.stats.refusals) {
-		k.stats.refusals[e.Code]++
-	}
-	rb := wire.ReplyBody{Err: e}
-	k.buf = rb.AppendJSON(k.buf[:0])
-	k.pushControl(c, wire.KindReply, env.Op, wire.Some(wire.MsgID(env.ID)), k.buf, false)
+	k.refuseTo(c, env.Op, wire.MsgID(env.ID), e)
 }
 
 // notice queues a notice body on c's control lane.
@@ -272,6 +285,9 @@ func (k *core) release(c *conn) {
 	}
 	k.detachCaller(c)
 	k.releaseServiceSide(c)
+	for _, h := range c.holds {
+		k.releaseHold(h)
+	}
 }
 
 func (k *core) hello(c *conn, env *wire.Envelope) {
@@ -339,8 +355,8 @@ type Stats struct {
 	ArtifactRoots     int
 	Owners            int
 	ReplyCapabilities int
-	Queued            int // items waiting on any lane or service queue
-	StoreBytes        uint64
+	Queued            int    // items waiting on any lane or service queue
+	StoreBytes        uint64 // reserved: staging, sealed and seal copies in progress
 	RetainedBytes     uint64
 	QueuedBytes       uint64 // bounded subscriptions' queued delivery bytes
 
@@ -349,6 +365,13 @@ type Stats struct {
 	ProtocolCloses   uint64
 	ControlOverflows uint64
 	Publications     uint64
+	Seals            uint64 // sealed artifacts published
+	LeaseSeals       uint64 // seals that moved no bytes (write lease granted)
+	CopySeals        uint64 // seals that copied (a writer kept the file open)
+	Collected        uint64 // artifacts collected after their last root
+	StoreFiles       int64  // staging and sealed files on disk
+	PoolHits         uint64 // allocations served by a prepared staging file
+	PoolMisses       uint64
 	Refusals         map[string]uint64 // by error code
 }
 
@@ -359,6 +382,13 @@ func (k *core) snapshot() Stats {
 		ProtocolCloses: k.stats.protocolCloses, ControlOverflows: k.stats.controlOverflows,
 		Publications: k.stats.publications, Refusals: map[string]uint64{},
 		Topics: len(k.topics), Subscriptions: k.subCount, RetainedBytes: k.retainedBytes,
+		Artifacts: len(k.artifacts), StoreBytes: k.storeBytes, Seals: k.stats.seals, Collected: k.stats.collected,
+	}
+	for _, a := range k.artifacts {
+		if a.state == artSealed {
+			s.SealedArtifacts++
+		}
+		s.ArtifactRoots += a.roots
 	}
 	for _, c := range k.conns {
 		s.Calls += len(c.calls)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ type harness struct {
 	dir    string
 	socket string            // unbound listener path (open policy only)
 	bound  map[string]string // client id -> bound listener path
+	root   string            // the router's store root
 }
 
 // open is the configuration most tests use: a trusted deployment.
@@ -58,11 +60,14 @@ func forEachTransport(t *testing.T, cfg router.Config, fn func(t *testing.T, h *
 }
 
 func newHarness(t *testing.T, cfg router.Config, unix bool) *harness {
+	if cfg.StoreRoot == "" {
+		cfg.StoreRoot = shmDir(t)
+	}
 	r, err := router.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, r: r, unix: unix, dir: t.TempDir(), bound: map[string]string{}}
+	h := &harness{t: t, r: r, unix: unix, dir: t.TempDir(), bound: map[string]string{}, root: cfg.StoreRoot}
 	if unix && cfg.Policy.IsOpen() {
 		h.socket = filepath.Join(h.dir, "open.sock")
 		if _, err := r.ListenUnix(h.socket); err != nil {
@@ -109,12 +114,27 @@ func (h *harness) conn(id string) net.Conn {
 // dial connects an SDK client over an unbound transport.
 func (h *harness) dial(id string) *client.Client {
 	h.t.Helper()
-	c, err := client.Connect(ctxT(h.t), h.conn(""), client.Config{ClientID: id})
+	c, err := client.Connect(ctxT(h.t), h.conn(""), client.Config{ClientID: id, StoreRoot: h.root})
 	if err != nil {
 		h.t.Fatalf("connect %s: %v", id, err)
 	}
 	h.t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// shmDir is a store root on tmpfs when the machine has /dev/shm, as in
+// production; the test removes it.
+func shmDir(t *testing.T) string {
+	base := ""
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		base = "/dev/shm"
+	}
+	dir, err := os.MkdirTemp(base, "flybus-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
 
 func ctxT(t *testing.T) context.Context {

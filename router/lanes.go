@@ -41,6 +41,8 @@ type conn struct {
 	subRR        int // next subscription to consider
 	queuedBytes  int // bounded subscriptions' queued delivery bytes
 	calls        map[wire.CallID]*call
+	holds        map[wire.HoldID]*hold
+	holdNext     uint64 // every own-<n> up to this was issued
 	dlvs         map[wire.DeliveryID]dlvRef
 	caps         map[wire.DeliveryID]*call // reply capabilities by request delivery
 	closeWritten bool
@@ -52,6 +54,7 @@ type dlvRef struct {
 	result bool // the caller's result delivery, not a service's request
 	sub    *subscription
 	msg    *topicMsg
+	arts   []*artifact // the distinct artifacts this delivery roots
 }
 
 // outItem is a pre-encoded reply or notice.
@@ -65,12 +68,13 @@ type outItem struct {
 
 func newConn(id wire.ConnID, bound string) *conn {
 	return &conn{id: id, bound: bound, dlvNext: 1, busNext: 1,
-		calls: map[wire.CallID]*call{}, dlvs: map[wire.DeliveryID]dlvRef{}, caps: map[wire.DeliveryID]*call{}}
+		calls: map[wire.CallID]*call{}, dlvs: map[wire.DeliveryID]dlvRef{}, caps: map[wire.DeliveryID]*call{},
+		holds: map[wire.HoldID]*hold{}}
 }
 
 // owners counts the roots and capabilities the connection holds against
 // maxOwnersPerClient.
-func (c *conn) owners() int { return len(c.dlvs) + len(c.caps) }
+func (c *conn) owners() int { return len(c.dlvs) + len(c.caps) + len(c.holds) }
 
 // frame is one envelope ready to encode outside the lock. Everything it
 // references is immutable once pulled.
@@ -178,10 +182,10 @@ func (k *core) nextResult(c *conn) (frame, bool) {
 	d := wire.DeliveryID(c.dlvNext)
 	c.dlvNext++
 	cl.resDlv = d
-	c.dlvs[d] = dlvRef{call: cl, result: true}
+	c.dlvs[d] = dlvRef{call: cl, result: true, arts: cl.resArts}
 	return frame{hdr: wire.Header{Kind: wire.KindDelivery, Op: wire.OpRPCResult},
 		res: wire.Result{DeliveryID: d, CallID: cl.id, Responder: cl.responder,
-			ServiceIncarnation: cl.svc.inc, Outcome: cl.outcome}}, true
+			ServiceIncarnation: cl.svc.inc, Outcome: cl.outcome}, atts: cl.resAtts}, true
 }
 
 // nextRequest dispatches the head of the next service queue, round robin,
@@ -205,7 +209,7 @@ func (k *core) nextRequest(c *conn) (frame, bool) {
 		c.dlvNext++
 		cl.state, cl.reqDlv = callDispatched, d
 		s.inflight++
-		c.dlvs[d] = dlvRef{call: cl}
+		c.dlvs[d] = dlvRef{call: cl, arts: cl.arts}
 		c.caps[d] = cl
 		var caller wire.Identity
 		if cl.caller != nil {
@@ -213,7 +217,7 @@ func (k *core) nextRequest(c *conn) (frame, bool) {
 		}
 		return frame{hdr: wire.Header{Kind: wire.KindDelivery, Op: wire.OpRPCRequest},
 			req: wire.Request{DeliveryID: d, CallID: cl.id, Caller: caller, Target: s.name,
-				ServiceIncarnation: s.inc, Method: cl.method, Payload: cl.payload}}, true
+				ServiceIncarnation: s.inc, Method: cl.method, Payload: cl.payload}, atts: cl.atts}, true
 	}
 	return frame{}, false
 }

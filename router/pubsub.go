@@ -23,7 +23,8 @@ type topicMsg struct {
 	seq     uint64
 	payload []byte
 	atts    []wire.Attachment
-	size    int // its topic.message delivery at the longest ids, for byte budgets
+	arts    []*artifact // distinct; each queue entry, delivery and retention roots them once
+	size    int         // its topic.message delivery at the longest ids, for byte budgets
 }
 
 // subscription is one subscriber's queue and credits.
@@ -114,19 +115,23 @@ func (k *core) opDelete(c *conn, env *wire.Envelope) *wire.BusError {
 // setRetained replaces a topic's retained value, keeping the retained-byte
 // account (artifact bytes pinned by retained values, once per topic).
 func (k *core) setRetained(t *topic, m *topicMsg) {
-	if t.latest != nil {
-		k.retainedBytes -= artifactBytes(t.latest.atts)
-	}
+	old := t.latest
 	t.latest = m
 	if m != nil {
-		k.retainedBytes += artifactBytes(m.atts)
+		k.retainedBytes += artifactBytes(m.arts)
+		k.addRoots(m.arts)
+	}
+	if old != nil {
+		k.retainedBytes -= artifactBytes(old.arts)
+		k.dropRoots(old.arts)
 	}
 }
 
-func artifactBytes(atts []wire.Attachment) uint64 {
+// artifactBytes counts each distinct artifact once.
+func artifactBytes(arts []*artifact) uint64 {
 	var n uint64
-	for _, a := range atts {
-		n += a.Ref.ByteLength
+	for _, a := range arts {
+		n += a.size
 	}
 	return n
 }
@@ -220,10 +225,11 @@ func (k *core) removeSubscription(s *subscription) {
 }
 
 func (k *core) dropQueue(s *subscription) {
-	if s.mode == wire.ModeBounded {
-		for _, m := range s.queue {
+	for _, m := range s.queue {
+		if s.mode == wire.ModeBounded {
 			s.conn.queuedBytes -= m.size
 		}
+		k.dropRoots(m.arts)
 	}
 	clear(s.queue)
 	s.queue = s.queue[:0]
@@ -246,6 +252,10 @@ func (k *core) opPublish(c *conn, env *wire.Envelope) *wire.BusError {
 	size := deliverySize(&k.buf, wire.OpTopicMessage, &msgBody, env.Attachments)
 	if size > wire.MaxEnvelopeBytes {
 		return wire.NewError(wire.ErrInvalidEnvelope, 0, "the topic.message delivery would be %d bytes, over 65536", size)
+	}
+	arts, aerr := k.checkAttachments(c, env.Attachments)
+	if aerr != nil {
+		return aerr
 	}
 	// Validate every bounded queue (entries and each client's byte pool)
 	// before changing anything: a refusal spends no sequence number and
@@ -270,9 +280,9 @@ func (k *core) opPublish(c *conn, env *wire.Envelope) *wire.BusError {
 		k.pubBytes = append(k.pubBytes, pubBytes{s.conn, size})
 	}
 	if t.retained == wire.RetainLatest {
-		newBytes := k.retainedBytes + artifactBytes(env.Attachments)
+		newBytes := k.retainedBytes + artifactBytes(arts)
 		if t.latest != nil {
-			newBytes -= artifactBytes(t.latest.atts)
+			newBytes -= artifactBytes(t.latest.arts)
 		}
 		if newBytes > k.limits.MaxRetainedBytes {
 			return wire.NewError(wire.ErrQuotaExceeded, 0, "the retained value would exceed maxRetainedBytes")
@@ -286,7 +296,7 @@ func (k *core) opPublish(c *conn, env *wire.Envelope) *wire.BusError {
 		return nil
 	}
 	t.seq++
-	m := &topicMsg{topic: t.name, inc: t.inc, seq: t.seq, payload: append([]byte(nil), b.Payload...), size: size}
+	m := &topicMsg{topic: t.name, inc: t.inc, seq: t.seq, payload: append([]byte(nil), b.Payload...), size: size, arts: arts}
 	if len(env.Attachments) > 0 {
 		m.atts = append([]wire.Attachment(nil), env.Attachments...)
 	}
@@ -315,8 +325,11 @@ type pubBytes struct {
 // undelivered latest value. Bounded capacity was checked by the caller.
 func (k *core) enqueue(s *subscription, m *topicMsg) bool {
 	replaced := false
+	k.addRoots(m.arts)
 	if s.mode == wire.ModeLatest {
 		if len(s.queue) > 0 {
+			// Only an undelivered value is replaced; its roots go with it.
+			k.dropRoots(s.queue[0].arts)
 			s.queue[0] = m
 			s.replaced++
 			replaced = true
@@ -353,7 +366,7 @@ func (k *core) nextTopicMessage(c *conn) (frame, bool) {
 		}
 		d := wire.DeliveryID(c.dlvNext)
 		c.dlvNext++
-		c.dlvs[d] = dlvRef{sub: s, msg: m}
+		c.dlvs[d] = dlvRef{sub: s, msg: m, arts: m.arts}
 		s.inflight++
 		replaced := s.replaced
 		s.replaced = 0

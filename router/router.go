@@ -82,6 +82,7 @@ func New(cfg Config) (*Router, error) {
 		r.store = st
 	}
 	r.core = newCore(cfg.Limits, cfg.Policy, r.routerID, r.storeID)
+	r.core.hasStore = r.store != nil
 	return r, nil
 }
 
@@ -102,8 +103,15 @@ func (r *Router) StoreID() wire.StoreID { return r.storeID }
 // Stats returns a snapshot of the registries and counters.
 func (r *Router) Stats() Stats {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.core.snapshot()
+	s := r.core.snapshot()
+	r.mu.Unlock()
+	if r.store != nil {
+		st := r.store.Stats()
+		s.LeaseSeals, s.CopySeals = st.LeaseSeals, st.CopySeals
+		s.StoreFiles = st.StagingFiles + st.SealedFiles
+		s.PoolHits, s.PoolMisses = st.PoolHits, st.PoolMisses
+	}
+	return s
 }
 
 // Serve runs the protocol on an unbound transport: the client asserts its
@@ -166,12 +174,14 @@ func (r *Router) serve(nc net.Conn, bound string) error {
 	return nil
 }
 
-// step runs fn on the core under the lock, then wakes every writer with new
-// output.
+// step runs fn on the core under the lock, wakes every writer with new
+// output, then runs the I/O the step asked for, outside the lock.
 func (r *Router) step(fn func(k *core)) {
 	var wake [8]*conn
+	var effs [4]effect
 	r.mu.Lock()
 	fn(r.core)
+	effects := r.core.takeEffects(effs[:0])
 	dirty := r.core.takeDirty(wake[:0])
 	shells := make([]*shell, 0, len(dirty))
 	for _, c := range dirty {
@@ -187,6 +197,32 @@ func (r *Router) step(fn func(k *core)) {
 	r.mu.Unlock()
 	for _, sh := range shells {
 		sh.wake()
+	}
+	for _, e := range effects {
+		r.runEffect(e)
+	}
+}
+
+// runEffect performs one piece of store I/O. Staging from the pool is a
+// table lookup, so it runs here, on the goroutine that stepped; a seal may
+// hash or copy a whole frame, so it gets its own goroutine and the
+// connection's reader keeps going (its releases are not held up).
+func (r *Router) runEffect(e effect) {
+	switch e.kind {
+	case effStage:
+		st, err := r.store.Stage(e.size)
+		r.step(func(k *core) { k.staged(e, st.RelPath, err) })
+	case effSeal:
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			sealed, err := r.store.Seal(e.relPath, e.size, e.digest)
+			r.step(func(k *core) { k.sealed(e, sealed.RelPath, errors.Is(err, store.ErrMismatch), err) })
+		}()
+	case effUnlink:
+		if err := r.store.Remove(e.relPath); err != nil {
+			r.cfg.Logger.Warn("collecting an artifact file failed", "path", e.relPath, "err", err)
+		}
 	}
 }
 

@@ -46,6 +46,8 @@ type call struct {
 	svc     *service
 	method  string
 	payload []byte // owned copy
+	atts    []wire.Attachment
+	arts    []*artifact // roots of the queue entry, then of the request delivery
 	state   callState
 
 	reqDlv wire.DeliveryID // on svc.conn once dispatched
@@ -53,6 +55,8 @@ type call struct {
 	// result, once admitted
 	responder wire.Identity
 	outcome   []byte
+	resAtts   []wire.Attachment
+	resArts   []*artifact
 	resDlv    wire.DeliveryID // on the caller's connection once written
 }
 
@@ -127,6 +131,7 @@ func (k *core) removeService(s *service, reason string, disconnect bool) {
 		}
 	}
 	for _, cl := range s.queue {
+		k.dropRoots(cl.arts)
 		k.failCall(cl, wire.ErrNoService, wire.NotDispatched, "service "+s.name+" was "+reason)
 	}
 	s.queue = nil
@@ -179,8 +184,16 @@ func (k *core) opCall(c *conn, env *wire.Envelope) *wire.BusError {
 	if n := deliverySize(&k.buf, wire.OpRPCRequest, &req, env.Attachments); n > wire.MaxEnvelopeBytes {
 		return wire.NewError(wire.ErrInvalidEnvelope, 0, "the request delivery would be %d bytes, over 65536", n)
 	}
+	arts, aerr := k.checkAttachments(c, env.Attachments)
+	if aerr != nil {
+		return aerr
+	}
 	cl := &call{id: b.CallID, caller: c, svc: s, method: b.Method,
-		payload: append([]byte(nil), b.Payload...), state: callQueued}
+		payload: append([]byte(nil), b.Payload...), state: callQueued, arts: arts}
+	if len(env.Attachments) > 0 {
+		cl.atts = append([]wire.Attachment(nil), env.Attachments...)
+	}
+	k.addRoots(arts)
 	s.queue = append(s.queue, cl)
 	c.calls[cl.id] = cl
 	k.stats.callsTotal++
@@ -216,6 +229,10 @@ func (k *core) opReply(c *conn, env *wire.Envelope) *wire.BusError {
 	if cl == nil || cl.id != b.CallID {
 		return wire.NewError(wire.ErrCallGone, wire.Dispatched, "no reply capability for %s on %s", b.CallID, b.RequestDeliveryID)
 	}
+	arts, aerr := k.checkAttachments(c, env.Attachments)
+	if aerr != nil {
+		return aerr
+	}
 	caller := cl.caller
 	if caller == nil {
 		// The caller detached: the reply goes nowhere and creates no roots.
@@ -235,6 +252,11 @@ func (k *core) opReply(c *conn, env *wire.Envelope) *wire.BusError {
 	cl.state = callReplied
 	cl.responder = c.ident
 	cl.outcome = append([]byte(nil), b.Outcome...)
+	cl.resArts = arts
+	if len(env.Attachments) > 0 {
+		cl.resAtts = append([]wire.Attachment(nil), env.Attachments...)
+	}
+	k.addRoots(arts)
 	caller.results = append(caller.results, cl)
 	k.markDirty(caller)
 	k.reply(c, env, &wire.Routed{Routed: true})
@@ -251,6 +273,7 @@ func (k *core) opCancel(c *conn, env *wire.Envelope) *wire.BusError {
 		switch cl.state {
 		case callQueued:
 			cl.svc.unqueue(cl)
+			k.dropRoots(cl.arts)
 			delete(c.calls, cl.id)
 			cl.caller = nil
 			state = wire.CancelledBeforeDispatch
@@ -325,6 +348,7 @@ func (k *core) consume(c *conn, d wire.DeliveryID) bool {
 		return false
 	}
 	delete(c.dlvs, d)
+	k.dropRoots(ref.arts)
 	if s := ref.sub; s != nil {
 		s.inflight-- // a credit returns, even to a closed subscription
 		k.markDirty(c)
@@ -348,9 +372,13 @@ func (k *core) detachCaller(c *conn) {
 	for id, cl := range c.calls {
 		if cl.state == callQueued {
 			cl.svc.unqueue(cl)
+			k.dropRoots(cl.arts)
 		}
 		cl.caller = nil
 		delete(c.calls, id)
+	}
+	for _, cl := range c.results {
+		k.dropRoots(cl.resArts) // admitted results never written
 	}
 	c.results = nil
 }
@@ -361,6 +389,7 @@ func (k *core) detachCaller(c *conn) {
 func (k *core) releaseServiceSide(c *conn) {
 	for d, ref := range c.dlvs {
 		delete(c.dlvs, d)
+		k.dropRoots(ref.arts)
 		if ref.call != nil && !ref.result {
 			ref.call.svc.inflight--
 		}

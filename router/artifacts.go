@@ -1,0 +1,413 @@
+package router
+
+import (
+	"github.com/flybus/flybus/wire"
+)
+
+// The ownership graph. An artifact is collected when its last root goes.
+// Roots are: queue entries and deliveries that carry it (one per entry or
+// delivery however often it is named), explicit holds, and a topic's
+// retained value. A writer's hold on a staging artifact is not a root of a
+// sealed object; releasing it before the seal abandons the artifact.
+//
+// File I/O never happens under the router lock: the core records effects
+// (stage, seal, unlink) that the shell runs after the step, and the results
+// of stage and seal come back as new steps.
+
+type artState uint8
+
+const (
+	artStaging artState = iota + 1 // allocated; the writer may fill it
+	artSealing                     // seal I/O in progress
+	artSealed
+)
+
+type artifact struct {
+	id          wire.ArtifactID
+	size        uint64
+	contentType string
+	state       artState
+	relPath     string // staging file, then sealed file
+	digest      wire.Opt[wire.Digest]
+	roots       int
+	writer      *hold // while staging or sealing
+	copyReserve bool  // store bytes reserved for a seal copy
+}
+
+// hold is an explicit owner (own-<n>): a writer, or a hold on a sealed
+// artifact.
+type hold struct {
+	id     wire.HoldID
+	conn   *conn
+	art    *artifact
+	writer bool
+}
+
+// effect is I/O the shell performs outside the lock.
+type effect struct {
+	kind    effKind
+	conn    *conn
+	art     *artifact
+	replyTo wire.MsgID
+	relPath string
+	size    int64
+	digest  *[32]byte
+}
+
+type effKind uint8
+
+const (
+	effStage effKind = iota + 1
+	effSeal
+	effUnlink
+)
+
+func (k *core) addEffect(e effect) { k.effects = append(k.effects, e) }
+
+// takeEffects hands the shell the I/O to run.
+func (k *core) takeEffects(dst []effect) []effect {
+	dst = append(dst, k.effects...)
+	clear(k.effects)
+	k.effects = k.effects[:0]
+	return dst
+}
+
+// addRoots and dropRoots count one root per distinct artifact of a queue
+// entry or delivery.
+func (k *core) addRoots(arts []*artifact) {
+	for _, a := range arts {
+		a.roots++
+	}
+}
+
+func (k *core) dropRoots(arts []*artifact) {
+	for _, a := range arts {
+		a.roots--
+		if a.roots == 0 && a.state == artSealed {
+			k.collect(a)
+		}
+	}
+}
+
+// collect unregisters an unowned sealed artifact; the unlink happens
+// outside the lock. A process that still maps it keeps its pages.
+func (k *core) collect(a *artifact) {
+	delete(k.artifacts, a.id)
+	k.storeBytes -= a.size
+	k.stats.collected++
+	k.addEffect(effect{kind: effUnlink, relPath: a.relPath})
+}
+
+// checkAttachments validates an envelope's attachments all or nothing and
+// returns the distinct artifacts they name. Every reference must name a
+// live sealed artifact of this store exactly, through an owner this
+// connection holds on that same artifact.
+func (k *core) checkAttachments(c *conn, atts []wire.Attachment) ([]*artifact, *wire.BusError) {
+	if len(atts) == 0 {
+		return nil, nil
+	}
+	arts := make([]*artifact, 0, len(atts))
+	for i := range atts {
+		a, err := k.checkOwnedRef(c, &atts[i].Ref, atts[i].OwnerID)
+		if err != nil {
+			return nil, err
+		}
+		dup := false
+		for _, x := range arts {
+			dup = dup || x == a
+		}
+		if !dup {
+			arts = append(arts, a)
+		}
+	}
+	return arts, nil
+}
+
+// checkOwnedRef resolves ref through owner, which must be c's and must root
+// the same artifact.
+func (k *core) checkOwnedRef(c *conn, ref *wire.ArtifactRef, owner wire.OwnerID) (*artifact, *wire.BusError) {
+	if ref.StoreID != k.storeID {
+		return nil, wire.NewError(wire.ErrArtifactGone, 0, "%s belongs to another store incarnation", ref.ArtifactID)
+	}
+	a := k.artifacts[ref.ArtifactID]
+	if a == nil {
+		return nil, wire.NewError(wire.ErrArtifactGone, 0, "%s is gone", ref.ArtifactID)
+	}
+	if a.state != artSealed {
+		return nil, wire.NewError(wire.ErrArtifactUnsealed, 0, "%s is not sealed", ref.ArtifactID)
+	}
+	if ref.Generation != 1 || ref.ByteLength != a.size || ref.ContentType != a.contentType || ref.Digest != a.digest {
+		return nil, wire.NewError(wire.ErrArtifactMismatch, 0, "the reference disagrees with %s", ref.ArtifactID)
+	}
+	if !k.ownerRoots(c, owner, a) {
+		return nil, wire.NewError(wire.ErrOwnerInvalid, 0, "%s is not an owner of %s on this connection", owner, ref.ArtifactID)
+	}
+	return a, nil
+}
+
+// ownerRoots reports whether owner is live on c and roots a.
+func (k *core) ownerRoots(c *conn, owner wire.OwnerID, a *artifact) bool {
+	if !owner.Delivery {
+		h := c.holds[wire.HoldID(owner.N)]
+		return h != nil && !h.writer && h.art == a
+	}
+	ref, ok := c.dlvs[wire.DeliveryID(owner.N)]
+	if !ok {
+		return false
+	}
+	for _, x := range ref.arts {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
+
+func (k *core) opAllocate(c *conn, env *wire.Envelope) *wire.BusError {
+	var b wire.Allocate
+	if err := env.DecodeBody(&b); err != nil {
+		return err.(*wire.BusError)
+	}
+	if !k.hasStore {
+		return wire.NewError(wire.ErrStoreFailure, 0, "this router runs without an artifact store")
+	}
+	if b.ByteLength > k.limits.MaxArtifactBytes {
+		return wire.NewError(wire.ErrQuotaExceeded, 0, "%d bytes exceed maxArtifactBytes", b.ByteLength)
+	}
+	if k.storeBytes+b.ByteLength > k.limits.MaxStoreBytes {
+		return wire.NewError(wire.ErrQuotaExceeded, 0, "the store is full (maxStoreBytes)")
+	}
+	if c.owners()+1 > k.limits.MaxOwnersPerClient-k.limits.ReservedOwnersPerClient {
+		return wire.NewError(wire.ErrQuotaExceeded, 0, "the client holds its maxOwnersPerClient budget")
+	}
+	k.nextArtifact++
+	a := &artifact{id: wire.ArtifactID(k.nextArtifact), size: b.ByteLength, contentType: b.ContentType, state: artStaging}
+	h := k.newHold(c, a, true)
+	a.writer = h
+	k.artifacts[a.id] = a
+	k.storeBytes += a.size
+	k.addEffect(effect{kind: effStage, conn: c, art: a, replyTo: wire.MsgID(env.ID), size: int64(a.size)})
+	return nil
+}
+
+func (k *core) newHold(c *conn, a *artifact, writer bool) *hold {
+	c.holdNext++
+	h := &hold{id: wire.HoldID(c.holdNext), conn: c, art: a, writer: writer}
+	c.holds[h.id] = h
+	return h
+}
+
+// staged completes an allocation after the store's I/O.
+func (k *core) staged(e effect, relPath string, err error) {
+	a, c := e.art, e.conn
+	if err != nil {
+		k.abandon(a)
+		k.refuseTo(c, wire.OpArtifactAllocate, e.replyTo, wire.NewError(wire.ErrStoreFailure, 0, "staging: %v", err))
+		return
+	}
+	a.relPath = relPath
+	if a.writer == nil || c.closing {
+		// The writer went while the file was prepared: nothing to hand out.
+		k.addEffect(effect{kind: effUnlink, relPath: relPath})
+		return
+	}
+	k.replyTo(c, wire.OpArtifactAllocate, e.replyTo, &wire.AllocateOK{ArtifactID: a.id, Generation: 1,
+		OwnerID: wire.HoldOwner(a.writer.id), WriteLocation: wire.Location{StoreID: k.storeID, RelativePath: relPath}})
+}
+
+// abandon drops an unsealed artifact and its reservation; its staging file
+// (once it has one) is unlinked outside the lock.
+func (k *core) abandon(a *artifact) {
+	if k.artifacts[a.id] != a {
+		return
+	}
+	delete(k.artifacts, a.id)
+	k.storeBytes -= a.size
+	if a.copyReserve {
+		k.storeBytes -= a.size
+		a.copyReserve = false
+	}
+	if a.writer != nil {
+		delete(a.writer.conn.holds, a.writer.id)
+		a.writer = nil
+	}
+	if a.relPath != "" && a.state == artStaging {
+		k.addEffect(effect{kind: effUnlink, relPath: a.relPath})
+	}
+}
+
+func (k *core) opSeal(c *conn, env *wire.Envelope) *wire.BusError {
+	var b wire.Seal
+	if err := env.DecodeBody(&b); err != nil {
+		return err.(*wire.BusError)
+	}
+	if b.OwnerID.Delivery {
+		return wire.NewError(wire.ErrOwnerInvalid, 0, "only the writer's own id seals")
+	}
+	h := c.holds[wire.HoldID(b.OwnerID.N)]
+	if h == nil || !h.writer || h.art.id != b.ArtifactID {
+		if b.OwnerID.N > c.holdNext {
+			return wire.NewError(wire.ErrOwnerInvalid, 0, "%s was never issued here", b.OwnerID)
+		}
+		return wire.NewError(wire.ErrOwnerInvalid, 0, "%s is not the writer of %s", b.OwnerID, b.ArtifactID)
+	}
+	a := h.art
+	if b.Generation != 1 {
+		return wire.NewError(wire.ErrArtifactMismatch, 0, "generation is always 1")
+	}
+	if a.state != artStaging || a.relPath == "" {
+		return wire.NewError(wire.ErrArtifactUnsealed, 0, "%s is already being sealed", a.id)
+	}
+	// A copy seal needs room for both files while it runs.
+	if k.storeBytes+a.size > k.limits.MaxStoreBytes {
+		return wire.NewError(wire.ErrQuotaExceeded, 0, "no store room for a seal copy")
+	}
+	k.storeBytes += a.size
+	a.copyReserve = true
+	a.state = artSealing
+	a.digest = b.Digest
+	e := effect{kind: effSeal, conn: c, art: a, replyTo: wire.MsgID(env.ID), relPath: a.relPath, size: int64(a.size)}
+	if b.Digest.Valid {
+		d := [32]byte(b.Digest.V)
+		e.digest = &d
+	}
+	k.addEffect(e)
+	return nil
+}
+
+// sealed completes a seal after the store's I/O. A writer released or
+// disconnected meanwhile means the artifact is never published.
+func (k *core) sealed(e effect, relPath string, mismatch bool, err error) {
+	a, c := e.art, e.conn
+	if a.copyReserve {
+		k.storeBytes -= a.size
+		a.copyReserve = false
+	}
+	if err != nil {
+		// The store removed the staging file and any partial copy.
+		k.abandonSealedFailure(a)
+		code := wire.ErrStoreFailure
+		if mismatch {
+			code = wire.ErrArtifactMismatch
+		}
+		k.refuseTo(c, wire.OpArtifactSeal, e.replyTo, wire.NewError(code, 0, "seal: %v", err))
+		return
+	}
+	a.relPath = relPath
+	if a.writer == nil || c.closing {
+		a.state = artSealed
+		k.abandonSealedFailure(a)
+		k.addEffect(effect{kind: effUnlink, relPath: relPath})
+		return
+	}
+	a.state = artSealed
+	h := a.writer
+	h.writer, a.writer = false, nil
+	a.roots = 1 // the writer's id, now an explicit hold
+	k.stats.seals++
+	k.replyTo(c, wire.OpArtifactSeal, e.replyTo, &wire.SealOK{Ref: k.refOf(a), OwnerID: wire.HoldOwner(h.id)})
+}
+
+// abandonSealedFailure forgets an artifact whose seal failed or whose
+// writer left during the seal.
+func (k *core) abandonSealedFailure(a *artifact) {
+	if k.artifacts[a.id] == a {
+		delete(k.artifacts, a.id)
+		k.storeBytes -= a.size
+	}
+	if a.writer != nil {
+		delete(a.writer.conn.holds, a.writer.id)
+		a.writer = nil
+	}
+}
+
+func (k *core) refOf(a *artifact) wire.ArtifactRef {
+	return wire.ArtifactRef{StoreID: k.storeID, ArtifactID: a.id, Generation: 1, ByteLength: a.size,
+		ContentType: a.contentType, Digest: a.digest}
+}
+
+func (k *core) opOpen(c *conn, env *wire.Envelope) *wire.BusError {
+	var b wire.RefOwner
+	if err := env.DecodeBody(&b); err != nil {
+		return err.(*wire.BusError)
+	}
+	a, err := k.checkOwnedRef(c, &b.Ref, b.OwnerID)
+	if err != nil {
+		return err
+	}
+	k.reply(c, env, &wire.OpenOK{ReadLocation: wire.Location{StoreID: k.storeID, RelativePath: a.relPath}})
+	return nil
+}
+
+func (k *core) opRetain(c *conn, env *wire.Envelope) *wire.BusError {
+	var b wire.RefOwner
+	if err := env.DecodeBody(&b); err != nil {
+		return err.(*wire.BusError)
+	}
+	a, err := k.checkOwnedRef(c, &b.Ref, b.OwnerID)
+	if err != nil {
+		return err
+	}
+	if c.owners()+1 > k.limits.MaxOwnersPerClient-k.limits.ReservedOwnersPerClient {
+		return wire.NewError(wire.ErrQuotaExceeded, 0, "the client holds its maxOwnersPerClient budget")
+	}
+	h := k.newHold(c, a, false)
+	a.roots++
+	k.reply(c, env, &wire.RetainOK{OwnerID: wire.HoldOwner(h.id)})
+	return nil
+}
+
+func (k *core) opRelease(c *conn, env *wire.Envelope) *wire.BusError {
+	var b wire.Release
+	if err := env.DecodeBody(&b); err != nil {
+		return err.(*wire.BusError)
+	}
+	for _, o := range b.OwnerIDs {
+		if o.Delivery {
+			return wire.NewError(wire.ErrOwnerInvalid, 0, "%s is a delivery: consume it with delivery.consumed", o)
+		}
+		if o.N == 0 || o.N > c.holdNext {
+			return wire.NewError(wire.ErrOwnerInvalid, 0, "%s was never issued here", o)
+		}
+	}
+	var n uint64
+	for _, o := range b.OwnerIDs {
+		if h := c.holds[wire.HoldID(o.N)]; h != nil {
+			k.releaseHold(h)
+			n++
+		}
+	}
+	k.reply(c, env, &wire.Released{Released: n})
+	return nil
+}
+
+// releaseHold drops one explicit owner: a writer abandons its artifact (a
+// seal in flight finds it gone), a hold drops its root.
+func (k *core) releaseHold(h *hold) {
+	delete(h.conn.holds, h.id)
+	a := h.art
+	if h.writer {
+		a.writer = nil
+		if a.state == artStaging {
+			k.abandon(a)
+		}
+		return
+	}
+	k.dropRoots([]*artifact{a})
+}
+
+// replyTo and refuseTo answer a command whose reply was deferred past I/O.
+func (k *core) replyTo(c *conn, op wire.Op, id wire.MsgID, v wire.Body) {
+	rb := wire.ReplyBody{Value: v}
+	k.buf = rb.AppendJSON(k.buf[:0])
+	k.pushControl(c, wire.KindReply, op, wire.Some(id), k.buf, false)
+}
+
+func (k *core) refuseTo(c *conn, op wire.Op, id wire.MsgID, e *wire.BusError) {
+	if int(e.Code) < len(k.stats.refusals) {
+		k.stats.refusals[e.Code]++
+	}
+	rb := wire.ReplyBody{Err: e}
+	k.buf = rb.AppendJSON(k.buf[:0])
+	k.pushControl(c, wire.KindReply, op, wire.Some(id), k.buf, false)
+}
