@@ -43,6 +43,9 @@ type Client struct {
 	nc   net.Conn
 	info Info
 
+	wmu  sync.Mutex // the write token: its holder encodes and writes
+	wbuf []byte     // the token holder's frame buffer
+
 	mu       sync.Mutex
 	nextMsg  uint64
 	nextCall uint64
@@ -255,6 +258,7 @@ func (c *Client) send(ctx context.Context, op wire.Op, body wire.Body, atts []wi
 	if err := c.enqueueWith(op, body, atts, w, false); err != nil {
 		return err
 	}
+	c.flush() // write on this goroutine: no handoff to the writer
 	select {
 	case err := <-w.ch:
 		return err
@@ -295,11 +299,12 @@ func (c *Client) enqueueWith(op wire.Op, body wire.Body, atts []wire.Attachment,
 			return ErrClosed
 		}
 		c.control = append(c.control, it)
-	} else {
-		c.ordinary = append(c.ordinary, it)
+		c.mu.Unlock()
+		c.wakeWriter() // never block a Close on the socket
+		return nil
 	}
+	c.ordinary = append(c.ordinary, it)
 	c.mu.Unlock()
-	c.wakeWriter()
 	return nil
 }
 
@@ -328,59 +333,106 @@ func (c *Client) fireAndForget(op wire.Op, body wire.Body) {
 	_ = c.enqueue(op, body, nil, true)
 }
 
+// writeLoop flushes on behalf of goroutines that must not block on the
+// socket (Close methods queueing consumes and releases, the reader's orphan
+// handling), and performs the orderly close.
 func (c *Client) writeLoop() {
 	defer c.wg.Done()
-	var buf []byte
-	var batch []*sendItem
 	for {
-		c.mu.Lock()
-		if c.lost != nil {
-			c.mu.Unlock()
+		select {
+		case <-c.kick:
+		case <-c.closed:
 			return
 		}
-		batch = batch[:0]
-		buf = buf[:0]
-		// Control first: queued consumes in batches of MaxBatch, then
-		// releases and cancels, then ordinary commands.
-		for len(c.consumes) > 0 {
-			n := min(len(c.consumes), wire.MaxBatch)
-			body := (&wire.Consumed{DeliveryIDs: c.consumes[:n]}).AppendJSON(nil)
-			c.consumes = c.consumes[n:]
-			batch = append(batch, &sendItem{op: wire.OpDeliveryConsumed, body: body})
+		if c.flush() != nil {
+			return
 		}
-		batch = append(batch, c.control...)
-		c.control = c.control[:0]
-		batch = append(batch, c.ordinary...)
-		c.ordinary = c.ordinary[:0]
-		for _, it := range batch {
-			c.nextMsg++
-			if it.w != nil {
-				c.waiters[c.nextMsg] = it.w
-			} else {
-				c.waiters[c.nextMsg] = &waiter{op: it.op, ch: make(chan error, 1), orphaned: true}
-			}
-			var err error
-			buf, err = wire.AppendFrame(buf, wire.Header{ID: c.nextMsg, Kind: wire.KindCommand, Op: it.op}, wire.RawJSON(it.body), it.atts)
-			if err != nil {
-				delete(c.waiters, c.nextMsg)
-				if it.w != nil {
-					it.w.ch <- err
-				}
-			}
-		}
-		closing := c.closing && len(batch) == 0 && len(c.waiters) == 0
+		c.mu.Lock()
+		closing := c.lost == nil && c.closing && !c.pendingLocked() && len(c.waiters) == 0
 		c.mu.Unlock()
-		if len(buf) > 0 {
-			if err := wire.WriteFull(c.nc, buf); err != nil {
-				c.fail(err)
-				return
-			}
-			continue
-		}
 		if closing {
 			c.fail(ErrClosed)
 			return
 		}
-		<-c.kick
 	}
+}
+
+// flush writes everything queued on the calling goroutine, unless another
+// goroutine is writing already: that one rechecks the queues after its
+// write, so nothing queued before this call is left behind. Command ids are
+// assigned by the writer, so they increase in write order.
+func (c *Client) flush() error {
+	for {
+		if !c.wmu.TryLock() {
+			return nil
+		}
+		buf, err := c.takeFrames(c.wbuf[:0])
+		if cap(buf) <= 1<<20 {
+			c.wbuf = buf // keep a modest buffer; drop a burst's
+		}
+		if err == nil && len(buf) > 0 {
+			err = wire.WriteFull(c.nc, buf)
+		}
+		c.wmu.Unlock()
+		if err != nil {
+			c.fail(err)
+			return err
+		}
+		if len(buf) == 0 {
+			c.mu.Lock()
+			more := c.pendingLocked()
+			c.mu.Unlock()
+			if !more {
+				return nil
+			}
+		}
+	}
+}
+
+func (c *Client) pendingLocked() bool {
+	return len(c.consumes)+len(c.control)+len(c.ordinary) > 0
+}
+
+// takeFrames encodes the queued commands, control first: consumes in
+// batches of MaxBatch, then releases and cancels, then ordinary commands.
+func (c *Client) takeFrames(buf []byte) ([]byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lost != nil {
+		return buf, c.lost
+	}
+	for len(c.consumes) > 0 {
+		n := min(len(c.consumes), wire.MaxBatch)
+		buf = c.appendCommand(buf, &sendItem{op: wire.OpDeliveryConsumed,
+			body: (&wire.Consumed{DeliveryIDs: c.consumes[:n]}).AppendJSON(nil)})
+		c.consumes = c.consumes[n:]
+	}
+	for i, it := range c.control {
+		buf = c.appendCommand(buf, it)
+		c.control[i] = nil
+	}
+	c.control = c.control[:0]
+	for i, it := range c.ordinary {
+		buf = c.appendCommand(buf, it)
+		c.ordinary[i] = nil
+	}
+	c.ordinary = c.ordinary[:0]
+	return buf, nil
+}
+
+// appendCommand assigns the next command id, registers the waiter and
+// encodes the frame. Called with c.mu held.
+func (c *Client) appendCommand(buf []byte, it *sendItem) []byte {
+	c.nextMsg++
+	w := it.w
+	if w == nil {
+		w = &waiter{op: it.op, ch: make(chan error, 1), orphaned: true}
+	}
+	c.waiters[c.nextMsg] = w
+	buf, err := wire.AppendFrame(buf, wire.Header{ID: c.nextMsg, Kind: wire.KindCommand, Op: it.op}, wire.RawJSON(it.body), it.atts)
+	if err != nil {
+		delete(c.waiters, c.nextMsg)
+		w.ch <- err
+	}
+	return buf
 }
