@@ -1,44 +1,114 @@
-// Command flybus is the router executable and the operator's tools. Today
-// it prints the wire contract; serve, demo, stats, call, pub, sub and perf
-// are the subcommands still to come (see the README's status section).
+// Command flybus is the router executable and the operator's tools: serve
+// runs a router on Unix sockets, call and stats talk to a running one, and
+// contract prints the wire contract. Each subcommand lives in its own file.
 package main
 
 import (
 	"fmt"
 	"io"
 	"os"
-
-	"github.com/flybus/flybus/wire"
+	"strings"
 )
 
-const usage = `flybus: a local RPC and pub/sub bus with file-backed artifacts
+// command is one subcommand. run receives the arguments after the
+// subcommand's name and returns the process exit status.
+type command struct {
+	name    string
+	summary string
+	run     func(c *command, args []string, stdout, stderr io.Writer) int
+	usage   func() string
+}
 
-Usage:
-  flybus contract     print the wire contract text and its digest
-  flybus help         print this help
+// Exit statuses shared by every subcommand.
+const (
+	exitOK      = 0
+	exitFailure = 1 // the command ran and failed
+	exitUsage   = 2 // bad arguments or configuration: nothing was done
+)
 
-Example:
-  flybus contract | tail -1    # the contractDigest routers and clients exchange
+// commands is filled in init because the help command refers back to it.
+var commands []*command
 
-Not built yet: serve, demo, stats, call, pub, sub, declare, perf.
-`
+func init() {
+	commands = []*command{serveCmd, callCmd, statsCmd, contractCmd, helpCmd}
+}
+
+// notBuilt lists the operator's tools that wait on parts of the router.
+const notBuilt = "pub, sub, declare, demo, perf"
+
+func topUsage() string {
+	var b strings.Builder
+	b.WriteString("flybus: a local RPC and pub/sub bus with file-backed artifacts\n\n")
+	b.WriteString("Usage:\n  flybus COMMAND [ARGUMENTS] [FLAGS]\n\nCommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(&b, "  %-10s %s\n", c.name, c.summary)
+	}
+	b.WriteString("\nNot built yet: " + notBuilt + ".\n")
+	b.WriteString("\n`flybus help COMMAND` or `flybus COMMAND --help` describes one command.\n")
+	b.WriteString("\nExample:\n  flybus serve --store /dev/shm/flybus --listen /run/user/1000/agent.sock=agent-a\n")
+	return b.String()
+}
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
+		fmt.Fprint(stderr, topUsage())
+		return exitUsage
 	}
 	switch args[0] {
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return 0
-	case "contract":
-		fmt.Fprint(stdout, wire.Contract)
-		fmt.Fprintf(stdout, "contractDigest %s\n", wire.ContractDigest())
-		return 0
+	case "-h", "-help", "--help":
+		fmt.Fprint(stdout, topUsage())
+		return exitOK
 	}
-	fmt.Fprintf(stderr, "flybus: unknown command %q\n\n%s", args[0], usage)
-	return 2
+	if c := lookup(args[0]); c != nil {
+		return c.run(c, args[1:], stdout, stderr)
+	}
+	return unknownCommand(stderr, args[0])
+}
+
+// unknownCommand reports a command flybus does not have (or not yet).
+func unknownCommand(stderr io.Writer, name string) int {
+	if strings.Contains(", "+notBuilt+",", ", "+name+",") {
+		fmt.Fprintf(stderr, "flybus: %s is not built yet\n\n%s", name, topUsage())
+	} else {
+		fmt.Fprintf(stderr, "flybus: unknown command %q\n\n%s", name, topUsage())
+	}
+	return exitUsage
+}
+
+func lookup(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+var helpCmd = &command{
+	name:    "help",
+	summary: "describe flybus or one of its commands",
+	usage: func() string {
+		return usageText("flybus help [COMMAND]", "Describe flybus, or one command with its flags.", nil, "",
+			"  flybus help serve\n")
+	},
+	run: func(self *command, args []string, stdout, stderr io.Writer) int {
+		pos, code, ok := parse(self, newFlagSet("help"), args, stdout, stderr)
+		switch {
+		case !ok:
+			return code
+		case len(pos) == 0:
+			fmt.Fprint(stdout, topUsage())
+			return exitOK
+		case len(pos) > 1:
+			return usageError(self, stderr, "one command at a time")
+		}
+		c := lookup(pos[0])
+		if c == nil {
+			return unknownCommand(stderr, pos[0])
+		}
+		fmt.Fprint(stdout, c.usage())
+		return exitOK
+	},
 }

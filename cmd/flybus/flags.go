@@ -1,0 +1,85 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// newFlagSet returns a flag set that reports nothing itself: parse prints
+// errors and help in one place, so every command behaves alike.
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+// parse parses args into fs, accepting flags before, between and after the
+// positional arguments (operators type `flybus call SOCK SVC M '{}' --client x`).
+// Everything after a "--" is positional. When ok is false the command must
+// return code at once: help was printed (0) or the arguments were bad (2).
+func parse(c *command, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (pos []string, code int, ok bool) {
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprint(stdout, c.usage())
+				return nil, exitOK, false
+			}
+			return nil, usageError(c, stderr, err.Error()), false
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, exitOK, true
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), exitOK, true
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// usageError reports bad arguments with the command's usage and returns
+// the usage exit status.
+func usageError(c *command, stderr io.Writer, msg string) int {
+	fmt.Fprintf(stderr, "flybus %s: %s\n\n%s", c.name, msg, c.usage())
+	return exitUsage
+}
+
+// usageText renders a command's help: synopsis, purpose, flags (from the
+// flag set itself, so the list cannot drift from the code) and examples.
+func usageText(synopsis, purpose string, fs *flag.FlagSet, notes, example string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Usage: %s\n\n%s\n", synopsis, purpose)
+	if fs != nil {
+		b.WriteString("\nFlags:\n")
+		fs.VisitAll(func(f *flag.Flag) {
+			kind, text := flag.UnquoteUsage(f)
+			head := "  --" + f.Name
+			if kind != "" {
+				head += " " + kind
+			}
+			b.WriteString(head + "\n")
+			for _, line := range strings.Split(text, "\n") {
+				b.WriteString("        " + line + "\n")
+			}
+			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "[]" {
+				fmt.Fprintf(&b, "        (default %s)\n", f.DefValue)
+			}
+		})
+		b.WriteString("  -h, --help\n        print this help\n")
+	}
+	if notes != "" {
+		b.WriteString("\n" + notes)
+	}
+	b.WriteString("\nExample:\n" + example)
+	return b.String()
+}
+
+// listFlag collects a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }

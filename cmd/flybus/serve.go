@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/flybus/flybus/router"
+	"github.com/flybus/flybus/wire"
+)
+
+var serveCmd = &command{
+	name:    "serve",
+	summary: "run a router on Unix sockets until SIGTERM or SIGINT",
+	run:     runServe,
+	usage:   serveUsage,
+}
+
+// shutdownTimeout bounds the goodbye: clients get connection.closing and
+// this long to go before their transports are closed under them.
+const shutdownTimeout = 10 * time.Second
+
+func serveFlags(o *serveOptions) *flag.FlagSet {
+	set := newFlagSet("serve")
+	set.StringVar(&o.store, "store", "", "store root `DIR`: the router keeps its artifacts in DIR/<storeId>/\n(a tmpfs, e.g. /dev/shm/flybus); created if missing")
+	set.Var(&o.listen, "listen", "a Unix socket to listen on, `PATH[=CLIENT_ID]` (repeatable): with =CLIENT_ID only\nthat client may connect there; a bare PATH is unbound and needs --open")
+	set.BoolVar(&o.open, "open", false, "open policy: any client id with every grant, self-asserted (trusted deployments only)")
+	set.StringVar(&o.config, "config", "", "read the JSON configuration `FILE` (see below); flags override it")
+	set.DurationVar(&o.helloTimeout, "hello-timeout", 5*time.Second, "a new connection must complete bus.hello within `D`")
+	set.StringVar(&o.logFormat, "log-format", "text", "`FORMAT` of the log on stderr: text or json")
+	set.StringVar(&o.metrics, "metrics", "", "serve Prometheus /metrics and /debug/pprof/ over HTTP on `ADDR`\n(\"9100\" or \":9100\" means 127.0.0.1:9100)")
+	set.Var(&o.limits, "limit", "set one limit by its hello name, `NAME=VALUE` (repeatable), e.g. maxClients=128")
+	return set
+}
+
+func serveUsage() string {
+	var names []string
+	for _, n := range wire.LimitNames() {
+		if err := (&wire.Limits{}).Set(n, 1); err == nil {
+			names = append(names, n)
+		}
+	}
+	notes := `Prints one JSON line to stdout once every socket listens:
+  {"ready":true,"routerId":"router-…","storeId":"store-…","sockets":[…]}
+Logs go to stderr. SIGTERM or SIGINT sends connection.closing to every client,
+removes the sockets and the store directory, and exits 0. A socket file left
+by a dead router is replaced; a live router's socket is left alone (exit 1).
+Bad flags or configuration exit 2 before anything is created. Relative
+paths are relative to the working directory.
+
+Without a policy (no --open, no "policy" in the file), each CLIENT_ID bound
+with --listen is admitted with every grant.
+
+The --config file (unknown keys are refused):
+  {"store": DIR,
+   "listen": [{"path": PATH, "client": CLIENT_ID or null}],
+   "policy": {"open": BOOL, "default": GRANTS or null, "clients": {CLIENT_ID: GRANTS}},
+   "limits": {NAME: VALUE}}
+  GRANTS is {"register", "call", "publish", "subscribe", "manageTopics": [PATTERN]};
+  a PATTERN is "*", "prefix.*" or an exact service or topic name. Byte-size
+  limits may be numbers or U64 strings ("1073741824").
+
+Limits: ` + wrapWords(strings.Join(names, ", "), 68, "  ") + "\n"
+	return usageText("flybus serve --store DIR [--listen PATH[=CLIENT_ID]]... [--open] [--config FILE] [FLAGS]",
+		"Run a router on Unix sockets until SIGTERM or SIGINT.", serveFlags(&serveOptions{}), notes,
+		"  flybus serve --store /dev/shm/flybus --listen /tmp/agent.sock=agent-a \\\n"+
+			"      --listen /tmp/coord.sock=coordinator --metrics 9100 --limit maxClients=16\n")
+}
+
+// wrapWords wraps text at width, indenting continuation lines.
+func wrapWords(text string, width int, indent string) string {
+	var b strings.Builder
+	n := 0
+	for i, w := range strings.Fields(text) {
+		if i > 0 && n+1+len(w) > width {
+			b.WriteString("\n" + indent)
+			n = 0
+		} else if i > 0 {
+			b.WriteByte(' ')
+			n++
+		}
+		b.WriteString(w)
+		n += len(w)
+	}
+	return b.String()
+}
+
+func runServe(c *command, args []string, stdout, stderr io.Writer) int {
+	o := &serveOptions{}
+	fset := serveFlags(o)
+	pos, code, ok := parse(c, fset, args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		return usageError(c, stderr, "unexpected argument "+pos[0])
+	}
+	o.set = map[string]bool{}
+	fset.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
+	cfg, err := resolveServe(o, os.ReadFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "flybus serve: %v\n(flybus serve --help describes the flags and the config file)\n", err)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return serve(ctx, stop, cfg, newLogger(cfg.LogFormat, stderr), stdout)
+}
+
+func newLogger(format string, w io.Writer) *slog.Logger {
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, nil))
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
+}
+
+// readyLine is the one line serve prints to stdout, for launchers.
+type readyLine struct {
+	Ready    bool     `json:"ready"`
+	RouterID string   `json:"routerId"`
+	StoreID  string   `json:"storeId"`
+	Sockets  []string `json:"sockets"`
+}
+
+// serve runs the validated configuration until ctx ends; stopSignals
+// restores default signal handling so a second signal kills at once.
+func serve(ctx context.Context, stopSignals func(), cfg *serveConfig, log *slog.Logger, stdout io.Writer) int {
+	paths := make([]string, len(cfg.Listen))
+	for i, l := range cfg.Listen {
+		paths[i] = l.Path
+	}
+	// Sockets are checked before the router opens its store, so refusing
+	// to start next to a live router leaves nothing behind.
+	removed, err := clearStaleSockets(paths)
+	for _, p := range removed {
+		log.Info("removed a stale socket", "socket", p)
+	}
+	if err != nil {
+		log.Error("refusing to start", "err", err)
+		return exitFailure
+	}
+
+	r, err := router.New(router.Config{StoreRoot: cfg.Store, Limits: cfg.Limits, Policy: cfg.Policy(),
+		HelloTimeout: cfg.HelloTimeout, Logger: log})
+	if err != nil {
+		log.Error("cannot start the router", "err", err)
+		return exitFailure
+	}
+	var metrics *metricsServer
+	stopAll := func() int {
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		err := r.Shutdown(sctx)
+		if metrics != nil {
+			err = errors.Join(err, metrics.Close(sctx))
+		}
+		if err != nil {
+			log.Warn("shutdown was not clean", "err", err)
+		}
+		if _, statErr := os.Lstat(r.StoreDir()); !errors.Is(statErr, fs.ErrNotExist) {
+			log.Error("the store directory is still there", "dir", r.StoreDir(), "err", statErr)
+			return exitFailure
+		}
+		return exitOK
+	}
+
+	if cfg.Metrics != "" {
+		if metrics, err = startMetrics(cfg.Metrics, r, log); err != nil {
+			log.Error("cannot serve metrics", "addr", cfg.Metrics, "err", err)
+			stopAll()
+			return exitFailure
+		}
+		log.Info("metrics listening", "addr", metrics.Addr())
+	}
+	for _, l := range cfg.Listen {
+		if l.Client == "" {
+			_, err = r.ListenUnix(l.Path)
+		} else {
+			_, err = r.ListenUnixAs(l.Path, l.Client)
+		}
+		if err != nil {
+			log.Error("cannot listen", "socket", l.Path, "err", err)
+			stopAll()
+			return exitFailure
+		}
+	}
+
+	if ctx.Err() != nil {
+		// Stopped while starting: a ready line now would only mislead.
+		return stopAll()
+	}
+	line, _ := json.Marshal(readyLine{Ready: true, RouterID: r.RouterID().String(),
+		StoreID: r.StoreID().String(), Sockets: paths})
+	fmt.Fprintf(stdout, "%s\n", line)
+	log.Info("router ready", "routerId", r.RouterID().String(), "storeDir", r.StoreDir(), "sockets", paths)
+
+	<-ctx.Done()
+	stopSignals()
+	log.Info("shutting down")
+	code := stopAll()
+	if code == exitOK {
+		log.Info("stopped")
+	}
+	return code
+}

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/flybus/flybus/wire"
+)
+
+// End-to-end tests of the metrics endpoint and the operator's tools
+// against a running `flybus serve`.
+
+// busUnderTest is a router with a service socket (agent-a, serving
+// agent.echo), a caller socket and a CLI socket, and its metrics address.
+type busUnderTest struct {
+	p                    *proc
+	svcSock, callerSock  string
+	cliSock, metricsAddr string
+}
+
+func startBus(t *testing.T) *busUnderTest {
+	t.Helper()
+	dir := shortDir(t)
+	b := &busUnderTest{svcSock: filepath.Join(dir, "svc.sock"), callerSock: filepath.Join(dir, "caller.sock"),
+		cliSock: filepath.Join(dir, "cli.sock")}
+	// ":0" also exercises the 127.0.0.1 default for a bare port.
+	b.p = startFlybus(t, "serve", "--store", filepath.Join(t.TempDir(), "s"), "--log-format", "json",
+		"--metrics", ":0", "--listen", b.svcSock+"=agent-a", "--listen", b.callerSock+"=caller",
+		"--listen", b.cliSock+"=flybus-cli")
+	b.p.ready(t)
+	b.metricsAddr = b.p.logValue(t, "metrics listening", "addr")
+	if !strings.HasPrefix(b.metricsAddr, "127.0.0.1:") {
+		t.Fatalf("metrics address %q should default to 127.0.0.1", b.metricsAddr)
+	}
+	serveEcho(t, connect(t, b.svcSock, "agent-a"), "agent.echo")
+	return b
+}
+
+// scrape fetches /metrics and returns each sample by its rendered name.
+func (b *busUnderTest) scrape(t *testing.T) map[string]string {
+	t.Helper()
+	resp, err := http.Get("http://" + b.metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != metricsContentType {
+		t.Fatalf("/metrics: %s, Content-Type %q", resp.Status, resp.Header.Get("Content-Type"))
+	}
+	samples, err := parseMetricsText(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, s := range samples {
+		key := s.name
+		for _, l := range s.labels {
+			key += "{" + l.name + "=" + l.value + "}"
+		}
+		out[key] = s.value
+	}
+	return out
+}
+
+func TestMetricsMoveWithTraffic(t *testing.T) {
+	b := startBus(t)
+	before := b.scrape(t)
+	if before["flybus_services"] != "1" || before["flybus_calls_total"] != "0" {
+		t.Fatalf("before any call: services %s, calls_total %s", before["flybus_services"], before["flybus_calls_total"])
+	}
+
+	caller := connect(t, b.callerSock, "caller")
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	res, err := caller.CallAndWait(ctx, "agent.echo", 0, "Echo", map[string]int{"n": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Close()
+	if _, err := caller.CallAndWait(ctx, "agent.nobody", 0, "Echo", nil); !errors.Is(err, wire.ErrNoService) {
+		t.Fatalf("call to a missing service: %v", err)
+	}
+
+	after := b.scrape(t)
+	for name, want := range map[string]string{
+		"flybus_calls_total":                       "1",
+		"flybus_connections":                       "2",
+		"flybus_connections_total":                 "2",
+		"flybus_refusals_total{code=NO_SERVICE}":   "1",
+		"flybus_refusals_total{code=BACKPRESSURE}": "0",
+		"flybus_services":                          "1",
+		"flybus_active_calls":                      "0",
+	} {
+		if after[name] != want {
+			t.Errorf("%s = %q, want %s", name, after[name], want)
+		}
+	}
+
+	resp, err := http.Get("http://" + b.metricsAddr + "/debug/pprof/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "goroutine") {
+		t.Errorf("/debug/pprof/: %s\n%.200s", resp.Status, body)
+	}
+}
+
+func TestCallCommand(t *testing.T) {
+	b := startBus(t)
+
+	// Flags may follow the positional arguments.
+	stdout, stderr, code := runFlybus(t, "call", b.cliSock, "agent.echo", "Echo", `{"n":7}`, "--timeout", "20s")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var got struct {
+		Method string
+		Echo   struct{ N int }
+	}
+	if err := json.Unmarshal([]byte(stdout), &got); err != nil || got.Method != "Echo" || got.Echo.N != 7 {
+		t.Fatalf("outcome %q (%v)", stdout, err)
+	}
+
+	_, stderr, code = runFlybus(t, "call", b.cliSock, "agent.nobody", "Echo", `{}`)
+	if code != 1 || !regexp.MustCompile(`^NO_SERVICE: .*\(not-dispatched\)\n$`).MatchString(stderr) {
+		t.Errorf("missing service: exit %d, stderr %q", code, stderr)
+	}
+	_, stderr, code = runFlybus(t, "call", "--client", "caller", b.cliSock, "agent.echo", "Echo", `{}`)
+	if code != 1 || !strings.HasPrefix(stderr, "NOT_AUTHORIZED: ") {
+		t.Errorf("wrong client id: exit %d, stderr %q", code, stderr)
+	}
+	_, stderr, code = runFlybus(t, "call", b.cliSock, "agent.echo", "Echo", `[1]`)
+	if code != 2 || !strings.Contains(stderr, "JSON object") {
+		t.Errorf("bad payload: exit %d, stderr %q", code, stderr)
+	}
+}
+
+func TestStatsCommand(t *testing.T) {
+	b := startBus(t)
+	if _, stderr, code := runFlybus(t, "call", b.cliSock, "agent.echo", "Echo", `{}`); code != 0 {
+		t.Fatalf("call: %s", stderr)
+	}
+	if _, _, code := runFlybus(t, "call", b.cliSock, "agent.nobody", "Echo", `{}`); code != 1 {
+		t.Fatalf("call to a missing service: exit %d", code)
+	}
+
+	stdout, stderr, code := runFlybus(t, "stats", "--metrics", b.metricsAddr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, re := range []string{
+		`(?m)^router router-[0-9a-f]{16}$`,
+		`(?m)^calls_total +1$`,
+		`(?m)^services +1$`,
+		`(?m)^refusals_total +1$`,
+		`(?m)^  NO_SERVICE +1$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(stdout) {
+			t.Errorf("stats output lacks %s:\n%s", re, stdout)
+		}
+	}
+	if strings.Contains(stdout, "CONFLICT") {
+		t.Errorf("zero refusal codes should be left out:\n%s", stdout)
+	}
+}
