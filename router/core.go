@@ -253,6 +253,28 @@ func (k *core) closeConn(c *conn, code wire.ErrorCode, msg string) {
 	k.release(c)
 }
 
+// shutdown closes every connection. All of them are marked closing before
+// any state is released, so clients hear subscription.closed and then
+// connection.closing (ROUTER_LOST), never a call.failed caused by another
+// client's connection being torn down first.
+func (k *core) shutdown() {
+	k.closeSubscriptions("router-shutdown")
+	var closing []*conn
+	for _, c := range k.conns {
+		if c.closing || c.gone {
+			continue
+		}
+		cc := wire.ConnectionClosing{Code: wire.ErrRouterLost, Message: "router shutting down"}
+		k.buf = cc.AppendJSON(k.buf[:0])
+		k.pushControl(c, wire.KindNotice, wire.OpConnectionClosing, wire.Opt[wire.MsgID]{}, k.buf, true)
+		c.closing = true
+		closing = append(closing, c)
+	}
+	for _, c := range closing {
+		k.release(c)
+	}
+}
+
 // drop handles a transport that ended or failed: nothing more can be sent.
 func (k *core) drop(c *conn) {
 	if c.gone {

@@ -245,12 +245,7 @@ func (r *Router) Shutdown(ctx context.Context) error {
 	for _, l := range ls {
 		l.Close()
 	}
-	r.step(func(k *core) {
-		k.closeSubscriptions("router-shutdown")
-		for _, c := range k.conns {
-			k.closeConn(c, wire.ErrRouterLost, "router shutting down")
-		}
-	})
+	r.step(func(k *core) { k.shutdown() })
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
 	var err error

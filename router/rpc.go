@@ -176,7 +176,10 @@ func (k *core) opCall(c *conn, env *wire.Envelope) *wire.BusError {
 	if len(c.calls) >= k.limits.MaxActiveCallsPerClient {
 		return wire.NewError(wire.ErrBackpressure, 0, "maxActiveCallsPerClient calls are active")
 	}
-	if len(s.queue) >= s.maxQueued {
+	// maxQueued counts calls waiting for an in-flight credit. Calls in the
+	// queue that a free credit will dispatch as soon as the service's
+	// writer pulls them are not waiting for one.
+	if free := max(s.maxInFlight-s.inflight, 0); len(s.queue) >= s.maxQueued+free {
 		return wire.NewError(wire.ErrBackpressure, 0, "service %s queue is full", b.Target)
 	}
 	req := wire.Request{DeliveryID: maxSerial, CallID: b.CallID, Caller: c.ident, Target: s.name,
@@ -245,7 +248,9 @@ func (k *core) opReply(c *conn, env *wire.Envelope) *wire.BusError {
 	if n := deliverySize(&k.buf, wire.OpRPCResult, &res, env.Attachments); n > wire.MaxEnvelopeBytes {
 		return wire.NewError(wire.ErrInvalidEnvelope, 0, "the result delivery would be %d bytes, over 65536", n)
 	}
-	if caller.owners()+1 > k.limits.MaxOwnersPerClient {
+	// Results admitted but not yet written count too: each becomes a
+	// delivery the caller owns.
+	if caller.owners()+len(caller.results)+1 > k.limits.MaxOwnersPerClient {
 		return wire.NewError(wire.ErrQuotaExceeded, 0, "the caller holds maxOwnersPerClient owners")
 	}
 	delete(c.caps, b.RequestDeliveryID)
