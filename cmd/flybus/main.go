@@ -30,11 +30,11 @@ const (
 var commands []*command
 
 func init() {
-	commands = []*command{serveCmd, callCmd, statsCmd, contractCmd, helpCmd}
+	commands = []*command{serveCmd, demoCmd, callCmd, statsCmd, contractCmd, helpCmd}
 }
 
 // notBuilt lists the operator's tools that wait on parts of the router.
-const notBuilt = "pub, sub, declare, demo, perf"
+const notBuilt = "pub, sub, declare, perf"
 
 func topUsage() string {
 	var b strings.Builder
