@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flybus/flybus/wire"
@@ -53,6 +54,9 @@ type Client struct {
 	ordinary []*sendItem
 	control  []*sendItem
 	consumes []wire.DeliveryID
+	// the writer's reusable delivery.consumed command
+	consumed    wire.Consumed
+	consumeItem sendItem
 	services map[string]*Service
 	calls    map[wire.CallID]*PendingCall
 	subs     map[wire.SubID]*Subscription
@@ -62,6 +66,9 @@ type Client struct {
 	anyBus   bool
 	kick     chan struct{}
 	done     chan struct{} // closed when the reader and writer have stopped
+
+	discards      map[wire.Op]wire.Body // the reader's targets for unawaited replies
+	controlErrors atomic.Uint64
 	wg       sync.WaitGroup
 	closed   chan struct{} // closed once lost is set
 }
@@ -69,7 +76,7 @@ type Client struct {
 // sendItem is one command waiting for the writer.
 type sendItem struct {
 	op   wire.Op
-	body []byte // encoded body
+	body wire.Body // encoded by the writer; its data lives until the reply
 	atts []wire.Attachment
 	w    *waiter
 }
@@ -160,6 +167,10 @@ func (c *Client) Err() error {
 	return c.lost
 }
 
+// ControlErrors counts fire-and-forget commands (consumes, releases,
+// unregisters, cancels) that the router refused.
+func (c *Client) ControlErrors() uint64 { return c.controlErrors.Load() }
+
 // Done is closed when the connection has ended.
 func (c *Client) Done() <-chan struct{} { return c.closed }
 
@@ -206,10 +217,12 @@ func (c *Client) fail(err error) {
 	c.wakeWriter()
 	lostErr := lostError(err)
 	for _, w := range waiters {
-		w.ch <- lostErr
+		if w.ch != nil {
+			w.ch <- lostErr
+		}
 	}
 	for _, it := range queued {
-		if it.w != nil {
+		if it.w != nil && it.w.ch != nil {
 			it.w.ch <- lostErr
 		}
 	}
@@ -282,7 +295,7 @@ func (c *Client) enqueue(op wire.Op, body wire.Body, w *waiter, control bool) er
 }
 
 func (c *Client) enqueueWith(op wire.Op, body wire.Body, atts []wire.Attachment, w *waiter, control bool) error {
-	it := &sendItem{op: op, body: body.AppendJSON(nil), atts: atts, w: w}
+	it := &sendItem{op: op, body: body, atts: atts, w: w}
 	c.mu.Lock()
 	if c.lost != nil || c.closing && !control {
 		err := c.lost
@@ -401,12 +414,12 @@ func (c *Client) takeFrames(buf []byte) ([]byte, error) {
 	if c.lost != nil {
 		return buf, c.lost
 	}
-	for len(c.consumes) > 0 {
-		n := min(len(c.consumes), wire.MaxBatch)
-		buf = c.appendCommand(buf, &sendItem{op: wire.OpDeliveryConsumed,
-			body: (&wire.Consumed{DeliveryIDs: c.consumes[:n]}).AppendJSON(nil)})
-		c.consumes = c.consumes[n:]
+	for i := 0; i < len(c.consumes); i += wire.MaxBatch {
+		c.consumed.DeliveryIDs = c.consumes[i:min(i+wire.MaxBatch, len(c.consumes))]
+		c.consumeItem.op, c.consumeItem.body = wire.OpDeliveryConsumed, &c.consumed
+		buf = c.appendCommand(buf, &c.consumeItem)
 	}
+	c.consumes = c.consumes[:0]
 	for i, it := range c.control {
 		buf = c.appendCommand(buf, it)
 		c.control[i] = nil
@@ -426,13 +439,15 @@ func (c *Client) appendCommand(buf []byte, it *sendItem) []byte {
 	c.nextMsg++
 	w := it.w
 	if w == nil {
-		w = &waiter{op: it.op, ch: make(chan error, 1), orphaned: true}
+		w = &waiter{op: it.op, orphaned: true} // fire-and-forget: nobody waits
 	}
 	c.waiters[c.nextMsg] = w
-	buf, err := wire.AppendFrame(buf, wire.Header{ID: c.nextMsg, Kind: wire.KindCommand, Op: it.op}, wire.RawJSON(it.body), it.atts)
+	buf, err := wire.AppendFrame(buf, wire.Header{ID: c.nextMsg, Kind: wire.KindCommand, Op: it.op}, it.body, it.atts)
 	if err != nil {
 		delete(c.waiters, c.nextMsg)
-		w.ch <- err
+		if w.ch != nil {
+			w.ch <- err
+		}
 	}
 	return buf
 }

@@ -76,16 +76,24 @@ func (c *Client) onReply(env *wire.Envelope) error {
 	if w == nil {
 		return fmt.Errorf("reply to unknown command msg-%d", env.ReplyTo.V)
 	}
+	// The waiter has left the table, so a violation from here on must
+	// settle it here: the connection's failure will not find it.
+	bad := func(err error) error {
+		if w.ch != nil {
+			w.ch <- lostError(err)
+		}
+		return err
+	}
 	if w.op != env.Op {
-		return fmt.Errorf("reply op %s answers a %s", env.Op, w.op)
+		return bad(fmt.Errorf("reply op %s answers a %s", env.Op, w.op))
 	}
 	v := w.v
 	if v == nil {
-		v = discardFor(env.Op)
+		v = c.discardFor(env.Op)
 	}
 	busErr, err := env.DecodeReply(v)
 	if err != nil {
-		return err
+		return bad(err)
 	}
 	var result error
 	if busErr != nil {
@@ -99,15 +107,28 @@ func (c *Client) onReply(env *wire.Envelope) error {
 	if orphaned && w.orphan != nil {
 		w.orphan(result)
 	}
+	if w.ch == nil { // fire-and-forget: only a refusal is worth recording
+		if result != nil {
+			c.controlErrors.Add(1)
+		}
+		return nil
+	}
 	w.ch <- result
 	return nil
 }
 
-// discardFor returns a decode target for replies nobody waits for, so they
-// are still checked strictly.
-func discardFor(op wire.Op) wire.Body {
+// discardFor returns a reader-owned decode target for replies nobody waits
+// for, so they are still checked strictly without allocating.
+func (c *Client) discardFor(op wire.Op) wire.Body {
+	if v := c.discards[op]; v != nil {
+		return v
+	}
+	if c.discards == nil {
+		c.discards = map[wire.Op]wire.Body{}
+	}
 	for _, s := range wire.Shapes() {
 		if s.Op == op {
+			c.discards[op] = s.Reply
 			return s.Reply
 		}
 	}

@@ -10,6 +10,9 @@ import (
 	"github.com/flybus/flybus/wire"
 )
 
+// scanners validate outgoing payloads without allocating per call.
+var scanners = sync.Pool{New: func() any { return new(wire.Scanner) }}
+
 // encodePayload turns a typed payload into a JSON object. RawJSON and
 // []byte pass through after a strict check; nil is {}.
 func encodePayload(v any) (wire.RawJSON, error) {
@@ -28,7 +31,10 @@ func encodePayload(v any) (wire.RawJSON, error) {
 		}
 		raw = b
 	}
-	if err := wire.Valid(raw); err != nil {
+	sc := scanners.Get().(*wire.Scanner)
+	err := sc.Scan(raw)
+	scanners.Put(sc)
+	if err != nil {
 		return nil, wire.NewError(wire.ErrInvalidEnvelope, 0, "payload: %v", err)
 	}
 	if len(raw) == 0 || raw[0] != '{' {

@@ -164,8 +164,8 @@ func (k *core) ownerRoots(c *conn, owner wire.OwnerID, a *artifact) bool {
 }
 
 func (k *core) opAllocate(c *conn, env *wire.Envelope) *wire.BusError {
-	var b wire.Allocate
-	if err := env.DecodeBody(&b); err != nil {
+	b := &k.bodies.allocate
+	if err := env.DecodeBody(b); err != nil {
 		return err.(*wire.BusError)
 	}
 	if !k.hasStore {
@@ -237,8 +237,8 @@ func (k *core) abandon(a *artifact) {
 }
 
 func (k *core) opSeal(c *conn, env *wire.Envelope) *wire.BusError {
-	var b wire.Seal
-	if err := env.DecodeBody(&b); err != nil {
+	b := &k.bodies.seal
+	if err := env.DecodeBody(b); err != nil {
 		return err.(*wire.BusError)
 	}
 	if b.OwnerID.Delivery {
@@ -327,8 +327,8 @@ func (k *core) refOf(a *artifact) wire.ArtifactRef {
 }
 
 func (k *core) opOpen(c *conn, env *wire.Envelope) *wire.BusError {
-	var b wire.RefOwner
-	if err := env.DecodeBody(&b); err != nil {
+	b := &k.bodies.refOwner
+	if err := env.DecodeBody(b); err != nil {
 		return err.(*wire.BusError)
 	}
 	a, err := k.checkOwnedRef(c, &b.Ref, b.OwnerID)
@@ -340,8 +340,8 @@ func (k *core) opOpen(c *conn, env *wire.Envelope) *wire.BusError {
 }
 
 func (k *core) opRetain(c *conn, env *wire.Envelope) *wire.BusError {
-	var b wire.RefOwner
-	if err := env.DecodeBody(&b); err != nil {
+	b := &k.bodies.refOwner
+	if err := env.DecodeBody(b); err != nil {
 		return err.(*wire.BusError)
 	}
 	a, err := k.checkOwnedRef(c, &b.Ref, b.OwnerID)
@@ -358,8 +358,8 @@ func (k *core) opRetain(c *conn, env *wire.Envelope) *wire.BusError {
 }
 
 func (k *core) opRelease(c *conn, env *wire.Envelope) *wire.BusError {
-	var b wire.Release
-	if err := env.DecodeBody(&b); err != nil {
+	b := &k.bodies.release
+	if err := env.DecodeBody(b); err != nil {
 		return err.(*wire.BusError)
 	}
 	for _, o := range b.OwnerIDs {

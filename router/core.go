@@ -41,6 +41,28 @@ type core struct {
 
 	stats counters
 	buf   []byte // scratch for encoding reply and notice bodies
+
+	// bodies are the decode targets of command bodies: the core runs one
+	// command at a time, so one of each serves, and decoding allocates
+	// nothing. Handlers copy whatever they keep.
+	bodies struct {
+		allocate         wire.Allocate
+		call             wire.Call
+		cancel           wire.Cancel
+		consumed         wire.Consumed
+		declare          wire.Declare
+		publish          wire.Publish
+		refOwner         wire.RefOwner
+		register         wire.Register
+		release          wire.Release
+		reply            wire.Reply
+		responderRelease wire.ResponderRelease
+		seal             wire.Seal
+		subscribe        wire.Subscribe
+		topicName        wire.TopicName
+		unregister       wire.Unregister
+		unsubscribe      wire.Unsubscribe
+	}
 }
 
 // clientRec remembers a client id's last incarnation (never reusable) and
@@ -219,7 +241,7 @@ func (k *core) pushControl(c *conn, kind wire.EnvKind, op wire.Op, replyTo wire.
 		return
 	}
 	cost := len(body) + controlOverhead
-	if !last && (len(c.control)+1 > k.limits.MaxControlFrames || uint64(c.controlBytes+cost) > k.limits.MaxControlBytes) {
+	if !last && (len(c.control)-c.ctrlHead+1 > k.limits.MaxControlFrames || uint64(c.controlBytes+cost) > k.limits.MaxControlBytes) {
 		k.stats.controlOverflows++
 		k.closeConn(c, wire.ErrBackpressure, "control lane exhausted: the client is not reading")
 		return
@@ -285,7 +307,7 @@ func (k *core) drop(c *conn) {
 		k.release(c)
 	}
 	c.gone = true
-	c.control, c.results = nil, nil
+	c.control, c.ctrlHead, c.results = nil, 0, nil
 	delete(k.conns, c.id)
 }
 
@@ -422,7 +444,7 @@ func (k *core) snapshot() Stats {
 		}
 		s.Owners += c.owners()
 		s.ReplyCapabilities += len(c.caps)
-		s.Queued += len(c.control) + len(c.results)
+		s.Queued += len(c.control) - c.ctrlHead + len(c.results)
 		for _, sub := range c.subs {
 			s.Queued += len(sub.queue)
 		}

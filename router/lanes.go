@@ -30,7 +30,8 @@ type conn struct {
 	gone    bool // the transport is finished
 	dirty   bool // queued on core.dirty
 
-	control      []outItem
+	control      []outItem // control[ctrlHead:] is the lane; the array is reused once it drains
+	ctrlHead     int
 	controlBytes int
 	results      []*call
 	services     []*service
@@ -111,7 +112,7 @@ func (f *frame) body() wire.Body {
 	case wire.OpTopicMessage:
 		return &f.msg
 	}
-	return f.raw
+	return &f.raw
 }
 
 // pull moves up to cap(dst)-len(dst) frames off c's lanes in write order,
@@ -135,10 +136,13 @@ func (k *core) pull(c *conn, dst []frame) []frame {
 }
 
 func (k *core) next(c *conn) (frame, bool) {
-	if len(c.control) > 0 {
-		it := c.control[0]
-		c.control[0] = outItem{}
-		c.control = c.control[1:]
+	if c.ctrlHead < len(c.control) {
+		it := c.control[c.ctrlHead]
+		c.control[c.ctrlHead] = outItem{}
+		c.ctrlHead++
+		if c.ctrlHead == len(c.control) {
+			c.control, c.ctrlHead = c.control[:0], 0
+		}
 		c.controlBytes -= len(it.body) + controlOverhead
 		c.highStreak++
 		return frame{hdr: wire.Header{Kind: it.kind, Op: it.op, ReplyTo: it.replyTo}, raw: it.body, closeAfter: it.closeAfter}, true

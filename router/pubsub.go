@@ -42,8 +42,8 @@ type subscription struct {
 }
 
 func (k *core) opDeclare(c *conn, env *wire.Envelope) *wire.BusError {
-	var b wire.Declare
-	if err := env.DecodeBody(&b); err != nil {
+	b := &k.bodies.declare
+	if err := env.DecodeBody(b); err != nil {
 		return err.(*wire.BusError)
 	}
 	if !matchAny(c.grants.ManageTopics, b.Name) {
@@ -68,8 +68,8 @@ func (k *core) opDeclare(c *conn, env *wire.Envelope) *wire.BusError {
 
 // manageableTopic decodes a topic.clear/delete body and checks the grant.
 func (k *core) manageableTopic(c *conn, env *wire.Envelope) (string, *wire.BusError) {
-	var b wire.TopicName
-	if err := env.DecodeBody(&b); err != nil {
+	b := &k.bodies.topicName
+	if err := env.DecodeBody(b); err != nil {
 		return "", err.(*wire.BusError)
 	}
 	if !matchAny(c.grants.ManageTopics, b.Name) {
@@ -137,8 +137,8 @@ func artifactBytes(arts []*artifact) uint64 {
 }
 
 func (k *core) opSubscribe(c *conn, env *wire.Envelope) *wire.BusError {
-	var b wire.Subscribe
-	if err := env.DecodeBody(&b); err != nil {
+	b := &k.bodies.subscribe
+	if err := env.DecodeBody(b); err != nil {
 		return err.(*wire.BusError)
 	}
 	if !matchAny(c.grants.Subscribe, b.Topic) {
@@ -188,8 +188,8 @@ func (k *core) opSubscribe(c *conn, env *wire.Envelope) *wire.BusError {
 }
 
 func (k *core) opUnsubscribe(c *conn, env *wire.Envelope) *wire.BusError {
-	var b wire.Unsubscribe
-	if err := env.DecodeBody(&b); err != nil {
+	b := &k.bodies.unsubscribe
+	if err := env.DecodeBody(b); err != nil {
 		return err.(*wire.BusError)
 	}
 	for _, s := range c.subs {
@@ -236,8 +236,8 @@ func (k *core) dropQueue(s *subscription) {
 }
 
 func (k *core) opPublish(c *conn, env *wire.Envelope) *wire.BusError {
-	var b wire.Publish
-	if err := env.DecodeBody(&b); err != nil {
+	b := &k.bodies.publish
+	if err := env.DecodeBody(b); err != nil {
 		return err.(*wire.BusError)
 	}
 	if !matchAny(c.grants.Publish, b.Topic) {

@@ -142,7 +142,7 @@ func (r *Router) ConnectInMemoryAs(clientID string) (net.Conn, error) {
 }
 
 func (r *Router) connectInMemory(bound string) (net.Conn, error) {
-	a, b := net.Pipe()
+	a, b := memPipe(0)
 	if err := r.serve(a, bound); err != nil {
 		a.Close()
 		b.Close()

@@ -61,8 +61,8 @@ type call struct {
 }
 
 func (k *core) opRegister(c *conn, env *wire.Envelope) *wire.BusError {
-	var b wire.Register
-	if err := env.DecodeBody(&b); err != nil {
+	b := &k.bodies.register
+	if err := env.DecodeBody(b); err != nil {
 		return err.(*wire.BusError)
 	}
 	if !matchAny(c.grants.Register, b.Name) {
@@ -88,8 +88,8 @@ func (k *core) opRegister(c *conn, env *wire.Envelope) *wire.BusError {
 }
 
 func (k *core) opUnregister(c *conn, env *wire.Envelope) *wire.BusError {
-	var b wire.Unregister
-	if err := env.DecodeBody(&b); err != nil {
+	b := &k.bodies.unregister
+	if err := env.DecodeBody(b); err != nil {
 		return err.(*wire.BusError)
 	}
 	s := k.services[b.Name]
@@ -154,8 +154,8 @@ func (k *core) failCall(cl *call, code wire.ErrorCode, disp wire.Dispatch, msg s
 const maxSerial = math.MaxUint64
 
 func (k *core) opCall(c *conn, env *wire.Envelope) *wire.BusError {
-	var b wire.Call
-	if err := env.DecodeBody(&b); err != nil {
+	b := &k.bodies.call
+	if err := env.DecodeBody(b); err != nil {
 		return err.(*wire.BusError)
 	}
 	// The watermark advances for any syntactically valid id, admitted or not.
@@ -221,8 +221,8 @@ func deliverySize(buf *[]byte, op wire.Op, body wire.Body, atts []wire.Attachmen
 }
 
 func (k *core) opReply(c *conn, env *wire.Envelope) *wire.BusError {
-	var b wire.Reply
-	if err := env.DecodeBody(&b); err != nil {
+	b := &k.bodies.reply
+	if err := env.DecodeBody(b); err != nil {
 		return err.(*wire.BusError)
 	}
 	if b.RequestDeliveryID == 0 || uint64(b.RequestDeliveryID) >= c.dlvNext {
@@ -269,8 +269,8 @@ func (k *core) opReply(c *conn, env *wire.Envelope) *wire.BusError {
 }
 
 func (k *core) opCancel(c *conn, env *wire.Envelope) *wire.BusError {
-	var b wire.Cancel
-	if err := env.DecodeBody(&b); err != nil {
+	b := &k.bodies.cancel
+	if err := env.DecodeBody(b); err != nil {
 		return err.(*wire.BusError)
 	}
 	state := wire.CallGoneState
@@ -295,8 +295,8 @@ func (k *core) opCancel(c *conn, env *wire.Envelope) *wire.BusError {
 }
 
 func (k *core) opResponderRelease(c *conn, env *wire.Envelope) *wire.BusError {
-	var b wire.ResponderRelease
-	if err := env.DecodeBody(&b); err != nil {
+	b := &k.bodies.responderRelease
+	if err := env.DecodeBody(b); err != nil {
 		return err.(*wire.BusError)
 	}
 	if b.RequestDeliveryID == 0 || uint64(b.RequestDeliveryID) >= c.dlvNext {
@@ -327,8 +327,8 @@ func (k *core) capabilityGone(cl *call) {
 }
 
 func (k *core) opConsumed(c *conn, env *wire.Envelope) *wire.BusError {
-	var b wire.Consumed
-	if err := env.DecodeBody(&b); err != nil {
+	b := &k.bodies.consumed
+	if err := env.DecodeBody(b); err != nil {
 		return err.(*wire.BusError)
 	}
 	for _, d := range b.DeliveryIDs {

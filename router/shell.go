@@ -47,6 +47,10 @@ func (sh *shell) readLoop() {
 	fr := wire.NewFrameReader(sh.nc)
 	var dec wire.Decoder
 	var env wire.Envelope
+	// Declared once: errors.As takes their addresses, which would otherwise
+	// move two fresh variables to the heap for every frame.
+	var pe *wire.ProtocolError
+	var be *wire.BusError
 	for {
 		frame, err := fr.ReadFrame()
 		if err != nil {
@@ -62,8 +66,7 @@ func (sh *shell) readLoop() {
 			return
 		}
 		derr := dec.Decode(frame, &env)
-		var pe *wire.ProtocolError
-		var be *wire.BusError
+		pe, be = nil, nil
 		switch {
 		case errors.As(derr, &pe):
 			sh.r.step(func(k *core) { k.violation(sh.c, pe.Msg) })
