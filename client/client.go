@@ -57,20 +57,20 @@ type Client struct {
 	// the writer's reusable delivery.consumed command
 	consumed    wire.Consumed
 	consumeItem sendItem
-	services map[string]*Service
-	calls    map[wire.CallID]*PendingCall
-	subs     map[wire.SubID]*Subscription
-	closing  bool   // Close called: drain, then close
-	lost     error  // set once the connection is gone
-	lastBus  uint64 // strictly increasing router envelope ids
-	anyBus   bool
-	kick     chan struct{}
-	done     chan struct{} // closed when the reader and writer have stopped
+	services    map[string]*Service
+	calls       map[wire.CallID]*PendingCall
+	subs        map[wire.SubID]*Subscription
+	closing     bool   // Close called: drain, then close
+	lost        error  // set once the connection is gone
+	lastBus     uint64 // strictly increasing router envelope ids
+	anyBus      bool
+	kick        chan struct{}
+	done        chan struct{} // closed when the reader and writer have stopped
 
 	discards      map[wire.Op]wire.Body // the reader's targets for unawaited replies
 	controlErrors atomic.Uint64
-	wg       sync.WaitGroup
-	closed   chan struct{} // closed once lost is set
+	wg            sync.WaitGroup
+	closed        chan struct{} // closed once lost is set
 }
 
 // sendItem is one command waiting for the writer.
