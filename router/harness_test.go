@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,8 +51,19 @@ func forEachTransport(t *testing.T, cfg router.Config, fn func(t *testing.T, h *
 					t.Errorf("shutdown: %v", err)
 				}
 				leakcheck.WaitGoroutines(t, base)
-				if fds, _ := leakcheck.FDs(); fds > fdBase {
-					t.Errorf("descriptors: %d before, %d after", fdBase, fds)
+				// A descriptor closed while another goroutine is blocked on
+				// it is released when that call returns: wait for it.
+				deadline := time.Now().Add(5 * time.Second)
+				for {
+					fds, _ := leakcheck.FDs()
+					if fds <= fdBase {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Errorf("descriptors: %d before, %d after: %s", fdBase, fds, fdTargets())
+						break
+					}
+					time.Sleep(time.Millisecond)
 				}
 			})
 			fn(t, h)
@@ -120,6 +132,19 @@ func (h *harness) dial(id string) *client.Client {
 	}
 	h.t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// fdTargets lists what this process's descriptors point at, for a leak
+// report.
+func fdTargets() string {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	var out []string
+	for _, e := range ents {
+		if t, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil {
+			out = append(out, e.Name()+"->"+t)
+		}
+	}
+	return strings.Join(out, " ")
 }
 
 // shmDir is a store root on tmpfs when the machine has /dev/shm, as in
