@@ -207,8 +207,10 @@ func (k *core) staged(e effect, relPath string, err error) {
 	}
 	a.relPath = relPath
 	if a.writer == nil || c.closing {
-		// The writer went while the file was prepared: nothing to hand out.
+		// The writer went while the file was prepared: nothing to hand out,
+		// but the command still gets its answer.
 		k.addEffect(effect{kind: effUnlink, relPath: relPath})
+		k.refuseTo(c, wire.OpArtifactAllocate, e.replyTo, wire.NewError(wire.ErrArtifactGone, 0, "%s was released while it was staged", a.id))
 		return
 	}
 	k.replyTo(c, wire.OpArtifactAllocate, e.replyTo, &wire.AllocateOK{ArtifactID: a.id, Generation: 1,
@@ -295,9 +297,11 @@ func (k *core) sealed(e effect, relPath string, mismatch bool, err error) {
 	}
 	a.relPath = relPath
 	if a.writer == nil || c.closing {
+		// Released or disconnected mid-seal: never published.
 		a.state = artSealed
 		k.abandonSealedFailure(a)
 		k.addEffect(effect{kind: effUnlink, relPath: relPath})
+		k.refuseTo(c, wire.OpArtifactSeal, e.replyTo, wire.NewError(wire.ErrArtifactGone, 0, "%s was released during its seal", a.id))
 		return
 	}
 	a.state = artSealed
