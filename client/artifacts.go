@@ -433,28 +433,47 @@ func wireAttachments(atts []Attachment) ([]wire.Attachment, func(), error) {
 	return out, undo, nil
 }
 
+// attachSet is a delivery's attachments in envelope order (at most 32, so
+// lookups scan).
+type attachSet []wire.Attachment
+
+func (s attachSet) ref(name string) (wire.ArtifactRef, bool) {
+	for _, a := range s {
+		if a.Name == name {
+			return a.Ref, true
+		}
+	}
+	return wire.ArtifactRef{}, false
+}
+
+func (s attachSet) names() []string {
+	out := make([]string, len(s))
+	for i, a := range s {
+		out[i] = a.Name
+	}
+	return out
+}
+
 // deliveryArtifacts checks a delivery's attachments (each must be owned by
-// the delivery itself) and keeps them by name.
-func deliveryArtifacts(d wire.DeliveryID, atts []wire.Attachment) (map[string]wire.ArtifactRef, error) {
+// the delivery itself) and keeps a copy.
+func deliveryArtifacts(d wire.DeliveryID, atts []wire.Attachment) (attachSet, error) {
 	if len(atts) == 0 {
 		return nil, nil
 	}
-	m := make(map[string]wire.ArtifactRef, len(atts))
 	for _, a := range atts {
 		if a.OwnerID != wire.DeliveryOwner(d) {
 			return nil, fmt.Errorf("delivery %s carries an attachment owned by %s", d, a.OwnerID)
 		}
-		m[a.Name] = a.Ref
 	}
-	return m, nil
+	return append(attachSet(nil), atts...), nil
 }
 
 // ErrNoAttachment is returned for a name the message does not carry.
 var ErrNoAttachment = errors.New("flybus: no attachment by that name")
 
 // artifactFrom extracts a named artifact sharing a delivery's guard.
-func (c *Client) artifactFrom(g *guard, refs map[string]wire.ArtifactRef, name string) (*Artifact, error) {
-	ref, ok := refs[name]
+func (c *Client) artifactFrom(g *guard, refs attachSet, name string) (*Artifact, error) {
+	ref, ok := refs.ref(name)
 	if !ok {
 		return nil, ErrNoAttachment
 	}

@@ -250,7 +250,7 @@ type Message struct {
 	Replaced         uint64 // coalesced since this subscription's previous delivery
 	Payload          wire.RawJSON
 	g                *guard
-	arts             map[string]wire.ArtifactRef
+	arts             attachSet
 	once             sync.Once
 }
 
@@ -264,13 +264,17 @@ func (m *Message) Artifact(name string) (*Artifact, error) {
 	return m.c.artifactFrom(m.g, m.arts, name)
 }
 
+// Attachments lists the names of the artifacts the message carries, in the
+// order the publisher attached them.
+func (m *Message) Attachments() []string { return m.arts.names() }
+
 // Close releases the message's share of its delivery. Idempotent.
 func (m *Message) Close() error {
 	m.once.Do(m.g.drop)
 	return nil
 }
 
-func (c *Client) onMessage(w *wire.TopicMessage, arts map[string]wire.ArtifactRef) error {
+func (c *Client) onMessage(w *wire.TopicMessage, arts attachSet) error {
 	m := &Message{c: c, DeliveryID: w.DeliveryID, SubscriptionID: w.SubscriptionID, Topic: w.Topic,
 		TopicIncarnation: w.TopicIncarnation, TopicSequence: w.TopicSequence, Replaced: w.Replaced,
 		Payload: w.Payload.Clone(), g: c.deliveryGuard(w.DeliveryID), arts: arts}

@@ -178,7 +178,7 @@ func (s *Service) Close() error {
 	return nil
 }
 
-func (c *Client) onRequest(r *wire.Request, arts map[string]wire.ArtifactRef) error {
+func (c *Client) onRequest(r *wire.Request, arts attachSet) error {
 	c.mu.Lock()
 	s := c.services[r.Target]
 	c.mu.Unlock()
@@ -205,7 +205,7 @@ type Request struct {
 	ServiceIncarnation wire.ServiceInc
 
 	g    *guard // the delivery: consumed when the request and its artifacts are closed
-	arts map[string]wire.ArtifactRef
+	arts attachSet
 	cap  refCount // the reply capability: released at zero unless replied
 
 	mu      sync.Mutex
@@ -241,6 +241,9 @@ func (r *Request) Decode(v any) error { return json.Unmarshal(r.Payload, v) }
 func (r *Request) Artifact(name string) (*Artifact, error) {
 	return r.c.artifactFrom(r.g, r.arts, name)
 }
+
+// Attachments lists the request's attachment names in envelope order.
+func (r *Request) Attachments() []string { return r.arts.names() }
 
 // Reply answers the call with outcome (any JSON object value) and the
 // service's own artifacts. It reports routed=false when the caller has
@@ -335,7 +338,7 @@ type Result struct {
 	ServiceIncarnation wire.ServiceInc
 	Outcome            wire.RawJSON
 	g                  *guard
-	arts               map[string]wire.ArtifactRef
+	arts               attachSet
 	once               sync.Once
 }
 
@@ -344,6 +347,9 @@ func (r *Result) Decode(v any) error { return json.Unmarshal(r.Outcome, v) }
 
 // Artifact extracts a named attachment sharing the result's delivery.
 func (r *Result) Artifact(name string) (*Artifact, error) { return r.c.artifactFrom(r.g, r.arts, name) }
+
+// Attachments lists the result's attachment names in envelope order.
+func (r *Result) Attachments() []string { return r.arts.names() }
 
 // Close consumes the result delivery once every artifact taken from it is
 // closed too. Idempotent.
@@ -511,7 +517,7 @@ func isCtxErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-func (c *Client) onResult(r *wire.Result, arts map[string]wire.ArtifactRef) error {
+func (c *Client) onResult(r *wire.Result, arts attachSet) error {
 	c.mu.Lock()
 	p := c.calls[r.CallID]
 	delete(c.calls, r.CallID)

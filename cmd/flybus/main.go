@@ -1,6 +1,7 @@
 // Command flybus is the router executable and the operator's tools: serve
-// runs a router on Unix sockets, call and stats talk to a running one, and
-// contract prints the wire contract. Each subcommand lives in its own file.
+// runs a router on Unix sockets; declare, pub, sub, call and stats talk to a
+// running one; contract prints the wire contract. Each subcommand lives in
+// its own file.
 package main
 
 import (
@@ -30,11 +31,11 @@ const (
 var commands []*command
 
 func init() {
-	commands = []*command{serveCmd, demoCmd, callCmd, statsCmd, contractCmd, helpCmd}
+	commands = []*command{serveCmd, demoCmd, declareCmd, pubCmd, subCmd, callCmd, statsCmd, contractCmd, helpCmd}
 }
 
 // notBuilt lists the operator's tools that wait on parts of the router.
-const notBuilt = "pub, sub, declare, perf"
+const notBuilt = "perf"
 
 func topUsage() string {
 	var b strings.Builder

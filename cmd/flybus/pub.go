@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"mime"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/wire"
+)
+
+var pubCmd = &command{
+	name:    "pub",
+	summary: "publish a JSON message to a topic, with files as artifacts",
+	run:     runPub,
+	usage:   pubUsage,
+}
+
+type pubOptions struct {
+	artifacts    listFlag
+	contentTypes listFlag
+	store        string
+	client       string
+	timeout      time.Duration
+}
+
+func pubFlags(o *pubOptions) *flag.FlagSet {
+	set := newFlagSet("pub")
+	set.Var(&o.artifacts, "artifact", "attach `NAME=FILE`: FILE's bytes as the artifact NAME (repeatable, at most 32)")
+	set.Var(&o.contentTypes, "content-type", "label the artifact NAME: `NAME=TYPE` (repeatable); by default the type is\nguessed from FILE's extension, else application/octet-stream")
+	set.StringVar(&o.store, "store", "", "the router's store root `DIR`, as given to serve --store (required with --artifact)")
+	set.StringVar(&o.client, "client", "flybus-cli", "connect as client `ID` (a bound socket admits only its own id)")
+	set.DurationVar(&o.timeout, "timeout", 10*time.Second, "give up after `D`, connecting and copying the files included")
+	return set
+}
+
+func pubUsage() string {
+	notes := `Connects to SOCKET and publishes the JSON object to TOPIC, which must be
+declared (flybus declare). Each --artifact file is copied into the router's
+store, sealed and attached under its NAME; subscribers read the same bytes,
+never a copy per subscriber. Prints the receipt and exits 0:
+
+  published TOPIC #SEQ to N subscriber(s), M replaced
+
+(M counts queued messages of latest-mode subscribers that this one replaced).
+A refusal, such as NO_TOPIC or BACKPRESSURE from a full bounded subscriber,
+prints CODE: message (dispatch) to stderr and exits 1; nothing is published.
+`
+	return usageText("flybus pub SOCKET TOPIC JSON [--artifact NAME=FILE]... [--content-type NAME=TYPE]... [--store DIR] [--client ID] [--timeout D]",
+		"Publish a JSON message to a topic, with files as artifacts.", pubFlags(&pubOptions{}), notes,
+		"  flybus pub /run/user/1000/bus.sock cam.frames '{\"frame\":1}' \\\n"+
+			"      --artifact image=frame-1.png --store /dev/shm/flybus\n")
+}
+
+// pubFile is one --artifact: a file to copy into the store under a name.
+type pubFile struct {
+	name, path, contentType string
+}
+
+// pubPlan is a checked pub command line.
+type pubPlan struct {
+	socket, topic string
+	payload       []byte
+	files         []pubFile
+}
+
+// plan checks the positional arguments and flags without touching the
+// files or the router; the error is a usage error's message.
+func (o *pubOptions) plan(pos []string) (*pubPlan, error) {
+	if len(pos) != 3 {
+		return nil, fmt.Errorf("want SOCKET TOPIC JSON, got %d arguments", len(pos))
+	}
+	p := &pubPlan{socket: pos[0], topic: pos[1], payload: []byte(pos[2])}
+	if !wire.ValidName(p.topic) {
+		return nil, fmt.Errorf("%q is not a topic name", p.topic)
+	}
+	if msg := checkPayload(p.payload); msg != "" {
+		return nil, errors.New(msg)
+	}
+	if msg := checkClientFlags(o.client, o.timeout); msg != "" {
+		return nil, errors.New(msg)
+	}
+	if len(o.artifacts) > wire.MaxAttachments {
+		return nil, fmt.Errorf("%d artifacts; a message carries at most %d", len(o.artifacts), wire.MaxAttachments)
+	}
+	index := map[string]int{}
+	for _, a := range o.artifacts {
+		name, path, err := splitAssignment("--artifact", a, "NAME=FILE")
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := index[name]; dup {
+			return nil, fmt.Errorf("--artifact %s is given twice; attachment names must differ", name)
+		}
+		index[name] = len(p.files)
+		p.files = append(p.files, pubFile{name: name, path: path})
+	}
+	labelled := map[string]bool{}
+	for _, t := range o.contentTypes {
+		name, ct, err := splitAssignment("--content-type", t, "NAME=TYPE")
+		if err != nil {
+			return nil, err
+		}
+		i, ok := index[name]
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("--content-type %s names no --artifact", name)
+		case labelled[name]:
+			return nil, fmt.Errorf("--content-type %s is given twice", name)
+		case !wire.ValidContentType(ct):
+			return nil, fmt.Errorf("--content-type %s: %q is not a content type (1-127 printable ASCII characters)", name, ct)
+		}
+		labelled[name] = true
+		p.files[i].contentType = ct
+	}
+	for i := range p.files {
+		if p.files[i].contentType == "" {
+			p.files[i].contentType = guessContentType(p.files[i].path)
+		}
+	}
+	if len(p.files) > 0 && o.store == "" {
+		return nil, errors.New("--artifact needs --store DIR, the router's store root (as given to flybus serve --store): the client writes the files there")
+	}
+	return p, nil
+}
+
+// splitAssignment splits a NAME=VALUE flag value and checks the name is an
+// attachment name (a wire Id).
+func splitAssignment(flagName, v, form string) (name, value string, err error) {
+	name, value, ok := strings.Cut(v, "=")
+	switch {
+	case !ok || value == "":
+		return "", "", fmt.Errorf("%s takes %s, not %q", flagName, form, v)
+	case !wire.ValidID(name):
+		return "", "", fmt.Errorf("%s %s: %q is not an attachment name (a-z, 0-9, '.', '_', '-'; at most 64)", flagName, v, name)
+	}
+	return name, value, nil
+}
+
+// guessContentType labels a file by its extension, as a browser would; the
+// wire needs some label, and application/octet-stream claims nothing.
+func guessContentType(path string) string {
+	if t := mime.TypeByExtension(filepath.Ext(path)); t != "" && wire.ValidContentType(t) {
+		return t
+	}
+	return "application/octet-stream"
+}
+
+// pubSource is an opened --artifact file. The size is taken once, at open:
+// the allocation is exactly that long.
+type pubSource struct {
+	pubFile
+	f    *os.File
+	size int64
+}
+
+// openSources opens every file before connecting, so a missing or unusable
+// file is refused before anything is allocated.
+func openSources(files []pubFile) ([]*pubSource, error) {
+	var out []*pubSource
+	for _, pf := range files {
+		f, err := os.Open(pf.path)
+		if err == nil {
+			var fi fs.FileInfo
+			if fi, err = f.Stat(); err == nil && !fi.Mode().IsRegular() {
+				err = fmt.Errorf("%s is not a regular file (its size must be known before copying)", pf.path)
+			}
+			if err == nil {
+				out = append(out, &pubSource{pubFile: pf, f: f, size: fi.Size()})
+				continue
+			}
+			f.Close()
+		}
+		closeSources(out)
+		return nil, fmt.Errorf("--artifact %s: %w", pf.name, err)
+	}
+	return out, nil
+}
+
+func closeSources(srcs []*pubSource) {
+	for _, s := range srcs {
+		s.f.Close()
+	}
+}
+
+func runPub(c *command, args []string, stdout, stderr io.Writer) int {
+	o := &pubOptions{}
+	pos, code, ok := parse(c, pubFlags(o), args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	p, err := o.plan(pos)
+	if err != nil {
+		return usageError(c, stderr, err.Error())
+	}
+	srcs, err := openSources(p.files)
+	if err != nil {
+		// Nothing was done: a bad argument, but the usage text would
+		// bury the one line that matters.
+		fmt.Fprintf(stderr, "flybus pub: %v\n", err)
+		return exitUsage
+	}
+	defer closeSources(srcs)
+
+	// Ctrl-C abandons cleanly: unsealed staging files are released.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	bus, err := client.ConnectUnix(ctx, p.socket, client.Config{ClientID: o.client, StoreRoot: o.store})
+	if err != nil {
+		return connectFailed(stderr, c.name, o.client, o.timeout, err)
+	}
+	defer bus.Close()
+	r, err := publish(ctx, bus, p, srcs, o.store)
+	if err != nil {
+		return toolFailed(stderr, c.name, o.timeout, err)
+	}
+	fmt.Fprintf(stdout, "published %s #%d to %d subscriber(s), %d replaced\n", p.topic, r.TopicSequence, r.Subscribers, r.Replaced)
+	return exitOK
+}
+
+// publish uploads every source as a sealed artifact and publishes the
+// payload with them. The artifacts are this client's holds: they are
+// closed once the publish has been answered, since an admitted message
+// owns its deliveries' references and a refused one needs nothing.
+func publish(ctx context.Context, bus *client.Client, p *pubPlan, srcs []*pubSource, storeRoot string) (client.PublishReceipt, error) {
+	atts := make([]client.Attachment, 0, len(srcs))
+	defer func() {
+		for _, a := range atts {
+			a.Artifact.Close()
+		}
+	}()
+	for _, s := range srcs {
+		a, err := upload(ctx, bus, s, storeRoot)
+		if err != nil {
+			return client.PublishReceipt{}, fmt.Errorf("artifact %s: %w", s.name, err)
+		}
+		atts = append(atts, client.Attach(s.name, a))
+	}
+	return bus.Publish(ctx, p.topic, wire.RawJSON(p.payload), atts...)
+}
+
+// copyBufferSize is large enough that the copy costs few system calls and
+// small enough that a huge file never sits in memory whole.
+const copyBufferSize = 1 << 20
+
+// upload allocates an artifact of the file's size, streams the file into
+// it and seals it.
+func upload(ctx context.Context, bus *client.Client, s *pubSource, storeRoot string) (*client.Artifact, error) {
+	w, err := bus.Artifacts().Allocate(ctx, s.size, s.contentType)
+	if err != nil {
+		return nil, storeHint(err, storeRoot)
+	}
+	defer w.Close() // abandons the staging file unless it was sealed
+	buf := make([]byte, min(max(s.size, 1), copyBufferSize))
+	n, err := io.CopyBuffer(w, io.NewSectionReader(s.f, 0, s.size), buf)
+	if err != nil {
+		return nil, fmt.Errorf("copying %s: %w", s.path, err)
+	}
+	if n != s.size {
+		return nil, fmt.Errorf("copying %s: the file shrank to %d bytes while being copied (it had %d)", s.path, n, s.size)
+	}
+	return w.Seal(ctx)
+}

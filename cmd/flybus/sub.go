@@ -1,0 +1,267 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/wire"
+)
+
+var subCmd = &command{
+	name:    "sub",
+	summary: "subscribe to a topic and print its messages",
+	run:     runSub,
+	usage:   subUsage,
+}
+
+type subOptions struct {
+	latest, bounded bool
+	replay          bool
+	count           int
+	saveDir         string
+	store           string
+	client          string
+	timeout         time.Duration
+}
+
+func subFlags(o *subOptions) *flag.FlagSet {
+	set := newFlagSet("sub")
+	set.BoolVar(&o.latest, "latest", false, "keep only the newest undelivered message and never slow a publisher\n(the default)")
+	set.BoolVar(&o.bounded, "bounded", false, "queue up to 64 messages and miss none; a full queue refuses publishers\nwith BACKPRESSURE")
+	set.BoolVar(&o.replay, "replay", false, "first deliver the topic's retained message, if it keeps one")
+	set.IntVar(&o.count, "count", 0, "exit 0 after `N` messages (0: until interrupted)")
+	set.StringVar(&o.saveDir, "save-artifacts", "", "write each attachment to `DIR`/SEQ-NAME (created if missing; needs --store)")
+	set.StringVar(&o.store, "store", "", "the router's store root `DIR`, as given to serve --store (required with\n--save-artifacts)")
+	set.StringVar(&o.client, "client", "flybus-sub", "connect as client `ID` (a bound socket admits only its own id); the default\ndiffers from the other tools' so that pub and call work while sub runs")
+	set.DurationVar(&o.timeout, "timeout", 10*time.Second, "give up connecting and subscribing after `D`; messages are awaited\nwithout limit")
+	return set
+}
+
+func subUsage() string {
+	notes := `Subscribes to TOPIC, which must be declared, and prints a first line to
+stderr, then one line per message to stdout:
+
+  subscribed to TOPIC (sub-N)
+  #SEQ TOPIC PAYLOAD [(replaced R)] [[NAME: BYTES bytes, ...]]
+
+(replaced R) counts the messages a latest-mode subscription skipped; the
+brackets list the attachments. With --save-artifacts the files are complete
+before their line is printed (each is written under a temporary name, then
+renamed; mode 0600). Once subscribed, SIGINT or SIGTERM unsubscribes and
+exits 0, as does reaching --count. When the router closes the subscription
+or the connection (router shutdown), sub says why on stderr and exits 1.
+`
+	return usageText("flybus sub SOCKET TOPIC [--latest|--bounded] [--replay] [--count N] [--save-artifacts DIR --store DIR] [--client ID] [--timeout D]",
+		"Subscribe to a topic and print its messages.", subFlags(&subOptions{}), notes,
+		"  flybus sub /run/user/1000/bus.sock cam.frames --count 10 \\\n"+
+			"      --save-artifacts ./frames --store /dev/shm/flybus\n")
+}
+
+// check validates the command line; the error is a usage error's message.
+func (o *subOptions) check(pos []string) (socket, topic string, cfg client.SubscriptionConfig, err error) {
+	if len(pos) != 2 {
+		return "", "", cfg, fmt.Errorf("want SOCKET TOPIC, got %d arguments", len(pos))
+	}
+	socket, topic = pos[0], pos[1]
+	switch {
+	case !wire.ValidName(topic):
+		return "", "", cfg, fmt.Errorf("%q is not a topic name", topic)
+	case o.latest && o.bounded:
+		return "", "", cfg, errors.New("--latest and --bounded exclude each other")
+	case o.count < 0:
+		return "", "", cfg, errors.New("--count must not be negative")
+	case o.saveDir != "" && o.store == "":
+		return "", "", cfg, errors.New("--save-artifacts needs --store DIR, the router's store root (as given to flybus serve --store): the client reads the artifacts there")
+	}
+	if msg := checkClientFlags(o.client, o.timeout); msg != "" {
+		return "", "", cfg, errors.New(msg)
+	}
+	cfg = client.Latest()
+	if o.bounded {
+		cfg = client.Bounded()
+	}
+	return socket, topic, cfg.Replay(o.replay), nil
+}
+
+func runSub(c *command, args []string, stdout, stderr io.Writer) int {
+	o := &subOptions{}
+	pos, code, ok := parse(c, subFlags(o), args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	socket, topic, cfg, err := o.check(pos)
+	if err != nil {
+		return usageError(c, stderr, err.Error())
+	}
+	if o.saveDir != "" {
+		if err := os.MkdirAll(o.saveDir, 0o755); err != nil {
+			fmt.Fprintf(stderr, "flybus sub: --save-artifacts: %v\n", err)
+			return exitUsage
+		}
+	}
+
+	// The signals are how an operator ends a subscription: they end the
+	// wait for the next message, and the deferred closes unsubscribe.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	setup, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	bus, err := client.ConnectUnix(setup, socket, client.Config{ClientID: o.client, StoreRoot: o.store})
+	if err != nil {
+		return connectFailed(stderr, c.name, o.client, o.timeout, err)
+	}
+	defer bus.Close()
+	sub, err := bus.Subscribe(setup, topic, cfg)
+	if err != nil {
+		return toolFailed(stderr, c.name, o.timeout, err)
+	}
+	defer sub.Close()
+	cancel()
+	// Scripts and tests wait for this line before they publish.
+	fmt.Fprintf(stderr, "subscribed to %s (%s)\n", topic, sub.ID())
+
+	p := &printer{out: stdout, saveDir: o.saveDir, store: o.store}
+	for n := 0; o.count == 0 || n < o.count; n++ {
+		m, err := sub.Next(ctx)
+		if err == nil {
+			err = p.handle(ctx, m)
+		}
+		switch {
+		case ctx.Err() != nil:
+			return exitOK // interrupted: the deferred closes unsubscribe
+		case errors.Is(err, client.ErrSubscriptionClosed):
+			return subscriptionEnded(stderr, bus, sub, topic)
+		case err != nil:
+			fmt.Fprintf(stderr, "flybus sub: %v\n", err)
+			return exitFailure
+		}
+	}
+	return exitOK
+}
+
+// subscriptionEnded reports why the router ended the subscription: its
+// reason when it sent subscription.closed, else the lost connection.
+func subscriptionEnded(stderr io.Writer, bus *client.Client, sub *client.Subscription, topic string) int {
+	switch reason, lost := sub.ClosedReason(), bus.Err(); {
+	case reason != "":
+		fmt.Fprintf(stderr, "flybus sub: the router closed the subscription to %s: %s\n", topic, reason)
+	case lost != nil:
+		fmt.Fprintf(stderr, "flybus sub: %v\n", lost)
+	default:
+		fmt.Fprintf(stderr, "flybus sub: the subscription to %s closed\n", topic)
+	}
+	return exitFailure
+}
+
+// printer renders messages, one line each, saving attachments first.
+type printer struct {
+	out     io.Writer
+	saveDir string
+	store   string // for hints only: the client config holds the root
+	line    bytes.Buffer
+}
+
+// handle prints m and closes it, which consumes its delivery. The line is
+// written in one call, after any files, so whoever reads it sees a whole
+// line and finished files.
+func (p *printer) handle(ctx context.Context, m *client.Message) error {
+	defer m.Close()
+	names, err := attachmentNames(m)
+	if err != nil {
+		return err
+	}
+	b := &p.line
+	b.Reset()
+	fmt.Fprintf(b, "#%d %s ", m.TopicSequence, m.Topic)
+	// One message, one line, even if the publisher sent indented JSON.
+	if json.Compact(b, m.Payload) != nil {
+		b.Write(m.Payload)
+	}
+	if m.Replaced > 0 {
+		fmt.Fprintf(b, " (replaced %d)", m.Replaced)
+	}
+	for i, name := range names {
+		size, err := p.attachment(ctx, m, name)
+		if err != nil {
+			return err
+		}
+		sep := ", "
+		if i == 0 {
+			sep = " ["
+		}
+		fmt.Fprintf(b, "%s%s: %d bytes", sep, name, size)
+	}
+	if len(names) > 0 {
+		b.WriteByte(']')
+	}
+	b.WriteByte('\n')
+	_, err = p.out.Write(b.Bytes())
+	return err
+}
+
+// attachment returns the size of m's attachment name, saving it first when
+// asked to.
+func (p *printer) attachment(ctx context.Context, m *client.Message, name string) (uint64, error) {
+	a, err := m.Artifact(name)
+	if err != nil {
+		return 0, fmt.Errorf("#%d attachment %s: %w", m.TopicSequence, name, err)
+	}
+	defer a.Close()
+	size := a.Ref().ByteLength
+	if p.saveDir == "" {
+		return size, nil
+	}
+	path := filepath.Join(p.saveDir, fmt.Sprintf("%d-%s", m.TopicSequence, name))
+	if err := saveArtifact(ctx, a, path); err != nil {
+		return 0, fmt.Errorf("#%d attachment %s: %w", m.TopicSequence, name, storeHint(err, p.store))
+	}
+	return size, nil
+}
+
+// saveArtifact writes a's bytes to path through a read-only view, so the
+// bytes go from the store's pages to the file without a heap copy. The
+// file appears under its name only once complete.
+func saveArtifact(ctx context.Context, a *client.Artifact, path string) (err error) {
+	v, err := a.View(ctx)
+	if err != nil {
+		return err
+	}
+	defer v.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err = tmp.Write(v.Bytes()); err != nil {
+		return err
+	}
+	if err = tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// attachmentNames lists a message's attachment names, sorted so that the
+// output does not depend on the publisher's order.
+func attachmentNames(m *client.Message) ([]string, error) {
+	names := m.Attachments()
+	slices.Sort(names)
+	return names, nil
+}
