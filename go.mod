@@ -5,3 +5,5 @@ go 1.26.0
 require golang.org/x/sys v0.50.0
 
 require github.com/goccy/go-json v0.12.0
+
+require github.com/klauspost/cpuid/v2 v2.4.2

@@ -267,8 +267,15 @@ func (c *Client) roundTripThen(ctx context.Context, op wire.Op, body wire.Body, 
 
 // send is the general round trip, with attachments.
 func (c *Client) send(ctx context.Context, op wire.Op, body wire.Body, atts []wire.Attachment, v wire.Body, orphan func(error), then func()) error {
+	return c.sendPrepared(ctx, op, body, atts, v, orphan, then, nil)
+}
+
+// sendPrepared runs prepare under the client lock as the command is
+// queued: commands are written in queue order, so an id assigned there
+// (a call id) increases in write order even when goroutines race.
+func (c *Client) sendPrepared(ctx context.Context, op wire.Op, body wire.Body, atts []wire.Attachment, v wire.Body, orphan func(error), then func(), prepare func()) error {
 	w := &waiter{op: op, v: v, ch: make(chan error, 1), orphan: orphan, then: then}
-	if err := c.enqueueWith(op, body, atts, w, false); err != nil {
+	if err := c.enqueueWith(op, body, atts, w, false, prepare); err != nil {
 		return err
 	}
 	c.flush() // write on this goroutine: no handoff to the writer
@@ -291,10 +298,10 @@ func (c *Client) send(ctx context.Context, op wire.Op, body wire.Body, atts []wi
 
 // enqueue queues a command; control commands go ahead of ordinary ones.
 func (c *Client) enqueue(op wire.Op, body wire.Body, w *waiter, control bool) error {
-	return c.enqueueWith(op, body, nil, w, control)
+	return c.enqueueWith(op, body, nil, w, control, nil)
 }
 
-func (c *Client) enqueueWith(op wire.Op, body wire.Body, atts []wire.Attachment, w *waiter, control bool) error {
+func (c *Client) enqueueWith(op wire.Op, body wire.Body, atts []wire.Attachment, w *waiter, control bool, prepare func()) error {
 	it := &sendItem{op: op, body: body, atts: atts, w: w}
 	c.mu.Lock()
 	if c.lost != nil || c.closing && !control {
@@ -315,6 +322,9 @@ func (c *Client) enqueueWith(op wire.Op, body wire.Body, atts []wire.Attachment,
 		c.mu.Unlock()
 		c.wakeWriter() // never block a Close on the socket
 		return nil
+	}
+	if prepare != nil {
+		prepare()
 	}
 	c.ordinary = append(c.ordinary, it)
 	c.mu.Unlock()

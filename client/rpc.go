@@ -460,24 +460,28 @@ func (c *Client) Call(ctx context.Context, target string, pin wire.ServiceInc, m
 	if err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	c.nextCall++
-	id := wire.CallID(c.nextCall)
-	p := &PendingCall{c: c, id: id, done: make(chan struct{})}
-	// Results can arrive right after admission: register first.
-	c.calls[id] = p
-	c.mu.Unlock()
-	body := &wire.Call{CallID: id, Target: target, Method: method, Payload: raw}
+	p := &PendingCall{c: c, done: make(chan struct{})}
+	body := &wire.Call{Target: target, Method: method, Payload: raw}
 	if pin != 0 {
 		body.ExpectedIncarnation = wire.Some(pin)
 	}
+	// The call id is taken as the command is queued (under the client
+	// lock), so concurrent calls reach the router in id order; the call is
+	// registered first because its result can follow admission at once.
+	assign := func() {
+		c.nextCall++
+		p.id = wire.CallID(c.nextCall)
+		body.CallID = p.id
+		c.calls[p.id] = p
+	}
 	var ok wire.CallOK
-	err = c.send(ctx, wire.OpRPCCall, body, watts, &ok, func(err error) {
+	err = c.sendPrepared(ctx, wire.OpRPCCall, body, watts, &ok, func(err error) {
 		undo()
 		if err == nil { // admitted after the caller gave up
 			p.Close()
 		}
-	}, nil)
+	}, nil, assign)
+	id := p.id
 	if !isCtxErr(err) {
 		undo() // admitted or refused: the router holds its own roots now
 	}

@@ -502,3 +502,33 @@ func TestAbandonedCallLeaksNothing(t *testing.T) {
 		waitFor(t, "no owners or calls", func() bool { s := h.r.Stats(); return s.Calls == 0 && s.Owners == 0 })
 	})
 }
+
+// Concurrent calls on one client reach the router in call-id order: none is
+// refused as a reused or decreasing id.
+func TestConcurrentCallsOnOneClient(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		svcClient, caller := h.dial("svc"), h.dial("caller")
+		svc, _ := svcClient.Register(ctx, "conc.svc", client.ServiceConfig{})
+		go serveCounter(ctx, svc)
+		errs := make(chan error, 8)
+		for range 8 {
+			go func() {
+				for range 25 {
+					res, err := caller.CallAndWait(ctx, "conc.svc", 0, "M", counterArgs{Amount: 1})
+					if err != nil {
+						errs <- err
+						return
+					}
+					res.Close()
+				}
+				errs <- nil
+			}()
+		}
+		for range 8 {
+			if err := <-errs; err != nil {
+				t.Fatalf("a concurrent call failed: %v", err)
+			}
+		}
+	})
+}

@@ -31,11 +31,8 @@ const (
 var commands []*command
 
 func init() {
-	commands = []*command{serveCmd, demoCmd, declareCmd, pubCmd, subCmd, callCmd, statsCmd, contractCmd, helpCmd}
+	commands = []*command{serveCmd, demoCmd, declareCmd, pubCmd, subCmd, callCmd, statsCmd, perfCmd, contractCmd, helpCmd}
 }
-
-// notBuilt lists the operator's tools that wait on parts of the router.
-const notBuilt = "perf"
 
 func topUsage() string {
 	var b strings.Builder
@@ -44,7 +41,6 @@ func topUsage() string {
 	for _, c := range commands {
 		fmt.Fprintf(&b, "  %-10s %s\n", c.name, c.summary)
 	}
-	b.WriteString("\nNot built yet: " + notBuilt + ".\n")
 	b.WriteString("\n`flybus help COMMAND` or `flybus COMMAND --help` describes one command.\n")
 	b.WriteString("\nExample:\n  flybus serve --store /dev/shm/flybus --listen /run/user/1000/agent.sock=agent-a\n")
 	return b.String()
@@ -68,13 +64,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return unknownCommand(stderr, args[0])
 }
 
-// unknownCommand reports a command flybus does not have (or not yet).
+// unknownCommand reports a command flybus does not have.
 func unknownCommand(stderr io.Writer, name string) int {
-	if strings.Contains(", "+notBuilt+",", ", "+name+",") {
-		fmt.Fprintf(stderr, "flybus: %s is not built yet\n\n%s", name, topUsage())
-	} else {
-		fmt.Fprintf(stderr, "flybus: unknown command %q\n\n%s", name, topUsage())
-	}
+	fmt.Fprintf(stderr, "flybus: unknown command %q\n\n%s", name, topUsage())
 	return exitUsage
 }
 

@@ -30,6 +30,13 @@ import (
 //   - map[string]<number> fields are counters labelled by key (Refusals
 //     by error code, every code present, zero included, so rates work).
 
+// The exposition format's escapes, built once: a scrape every few
+// milliseconds must not rebuild them.
+var (
+	helpEscaper  = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
+	labelEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`)
+)
+
 const metricsContentType = "text/plain; version=0.0.4; charset=utf-8"
 
 // metricHelp describes the fields we know; a new field gets a generic line.
@@ -215,11 +222,11 @@ func writeMetrics(w io.Writer, fams []metricFamily) error {
 }
 
 func escapeHelp(s string) string {
-	return strings.NewReplacer(`\`, `\\`, "\n", `\n`).Replace(s)
+	return helpEscaper.Replace(s)
 }
 
 func escapeLabel(s string) string {
-	return strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`).Replace(s)
+	return labelEscaper.Replace(s)
 }
 
 // metricsServer serves /metrics and /debug/pprof/ for one router.

@@ -1,0 +1,190 @@
+package perf
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Exit statuses of Main.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+type options struct {
+	seconds    float64
+	agents     string
+	fill       string
+	embedded   bool
+	flybus     string
+	store      string
+	json       string
+	cpuprofile string
+	nats       string
+	quiet      bool
+}
+
+func flags(o *options) *flag.FlagSet {
+	fs := flag.NewFlagSet("perf", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Float64Var(&o.seconds, "seconds", 5, "length of each schedule in `SECONDS` (60 frames per second)")
+	fs.StringVar(&o.agents, "agents", "1,2,4", "the schedules: agent counts, comma-separated `LIST`")
+	fs.StringVar(&o.fill, "fill", "write", "how the producer fills a frame, `MODE` write (ArtifactWriter.Write) or map (ArtifactWriter.Bytes)")
+	fs.BoolVar(&o.embedded, "embedded", false, "run router.New in this process instead of a flybus serve process\n(the router's CPU then cannot be told apart from the clients')")
+	fs.StringVar(&o.flybus, "flybus", "", "the flybus executable `PATH` for process mode (default: this executable if it is\nflybus, else a flybus beside it, else one built with go build ./cmd/flybus into a temporary directory)")
+	fs.StringVar(&o.store, "store", "", "store root `DIR`, created if missing (default /dev/shm/flybus-perf-<pid>, removed afterwards);\ntry a tmpfs mounted huge=within_size")
+	fs.StringVar(&o.json, "json", "", "also write every figure and raw histogram as JSON to `FILE`")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the router during each schedule to `FILE`\n(several schedules: FILE gets .agentsN before its extension; embedded: the whole process)")
+	fs.StringVar(&o.nats, "nats-us-per-frame", "", "an embedded NATS server's CPU per frame on the same schedules, `AGENTS=US,...`\n(measured by bench/compare), for the router CPU target")
+	fs.BoolVar(&o.quiet, "quiet", false, "no progress line on stderr")
+	return fs
+}
+
+// Usage is the help text of `flybus perf`.
+func Usage() string {
+	var b strings.Builder
+	b.WriteString("Usage: flybus perf [FLAGS]\n\n" +
+		"Run the 60 Hz harness of bus-v1 section 11 item 7: 640x480 RGBA frames at 60 Hz to three\n" +
+		"latest-mode consumers (one slow) with 1, 2 and 4 agent services called every frame, measured\n" +
+		"against baselines taken first in the same run, and print a markdown report.\n\nFlags:\n")
+	flags(&options{}).VisitAll(func(f *flag.Flag) {
+		kind, text := flag.UnquoteUsage(f)
+		head := "  --" + f.Name
+		if kind != "" {
+			head += " " + kind
+		}
+		b.WriteString(head + "\n")
+		for line := range strings.SplitSeq(text, "\n") {
+			b.WriteString("        " + line + "\n")
+		}
+		if f.DefValue != "" && f.DefValue != "false" {
+			fmt.Fprintf(&b, "        (default %s)\n", f.DefValue)
+		}
+	})
+	b.WriteString("  -h, --help\n        print this help\n\n" +
+		"The report goes to stdout, the progress line and errors to stderr. Exit status 0 when every\n" +
+		"schedule ran cleanly and drained, 1 when anything failed, 2 for bad arguments.\n\n" +
+		"Example:\n  flybus perf --seconds 5 --store /mnt/fbhuge --json perf.json\n")
+	return b.String()
+}
+
+// Main is `flybus perf ARGS`: it parses args, runs the harness, prints
+// the markdown report to stdout and returns the exit status.
+func Main(args []string, stdout, stderr io.Writer) int {
+	o := &options{}
+	fs := flags(o)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, Usage())
+			return exitOK
+		}
+		return usageError(stderr, err.Error())
+	}
+	if fs.NArg() > 0 {
+		return usageError(stderr, "unexpected argument "+fs.Arg(0))
+	}
+	cfg, err := o.config()
+	if err != nil {
+		return usageError(stderr, err.Error())
+	}
+	if !o.quiet {
+		cfg.Progress = stderr
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	rep, err := Run(ctx, cfg)
+	code := exitOK
+	if rep != nil {
+		if werr := rep.WriteMarkdown(stdout); werr != nil {
+			fmt.Fprintf(stderr, "flybus perf: %v\n", werr)
+			code = exitFailure
+		}
+		if o.json != "" {
+			if jerr := writeJSONFile(o.json, rep); jerr != nil {
+				fmt.Fprintf(stderr, "flybus perf: %v\n", jerr)
+				code = exitFailure
+			}
+		}
+		if rep.Failed() {
+			fmt.Fprintln(stderr, "flybus perf: the run recorded errors (see the report's last section)")
+			code = exitFailure
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "flybus perf: %v\n", err)
+		code = exitFailure
+	}
+	return code
+}
+
+func usageError(stderr io.Writer, msg string) int {
+	fmt.Fprintf(stderr, "flybus perf: %s\n\n%s", msg, Usage())
+	return exitUsage
+}
+
+// config turns the flags into a Config and checks it.
+func (o *options) config() (Config, error) {
+	cfg := Config{Seconds: o.seconds, Fill: Fill(o.fill), Embedded: o.embedded, Flybus: o.flybus,
+		Store: o.store, CPUProfile: o.cpuprofile}
+	var err error
+	if cfg.Agents, err = parseAgents(o.agents); err != nil {
+		return Config{}, err
+	}
+	if o.nats != "" {
+		if cfg.NATSRouterCPUPerFrameUs, err = parseNATS(o.nats); err != nil {
+			return Config{}, err
+		}
+	}
+	if o.seconds <= 0 {
+		return Config{}, fmt.Errorf("--seconds must be positive, not %g", o.seconds)
+	}
+	return cfg, cfg.withDefaults().validate()
+}
+
+func parseAgents(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("--agents wants agent counts like 1,2,4, not %q", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func parseNATS(s string) (map[int]float64, error) {
+	out := map[int]float64{}
+	for f := range strings.SplitSeq(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(f), "=")
+		n, err1 := strconv.Atoi(k)
+		us, err2 := strconv.ParseFloat(v, 64)
+		if !ok || err1 != nil || err2 != nil || us <= 0 {
+			return nil, fmt.Errorf("--nats-us-per-frame wants AGENTS=MICROSECONDS pairs like 1=120,2=150, not %q", s)
+		}
+		out[n] = us
+	}
+	return out, nil
+}
+
+func writeJSONFile(path string, rep *Report) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := rep.WriteJSON(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

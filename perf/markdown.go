@@ -1,0 +1,428 @@
+package perf
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Row keys shared by the report and the Rust reference.
+const (
+	rowFrames    = "frames"
+	rowRPC       = "rpc"
+	rowAllocate  = "allocate"
+	rowFill      = "fill"
+	rowSeal      = "seal"
+	rowPublish   = "publish"
+	rowAccess    = "access"
+	rowRouterCPU = "routerCPU"
+	rowTotalCPU  = "totalCPU"
+	rowMemory    = "memory"
+	rowStore     = "store"
+	rowRoots     = "roots"
+	rowQueue     = "queue"
+	rowLag       = "lag"
+	rowConsumers = "consumers"
+)
+
+// row is one line of the figures table: a label and, per schedule, our
+// cell; ref names the Rust reference row, if any.
+type row struct {
+	label string
+	ref   string
+	cell  func(s *Schedule) string
+}
+
+// WriteMarkdown renders the report: the machine line, the run's setting,
+// the baselines, the figures per schedule beside the Rust crate's, and
+// the targets.
+func (r *Report) WriteMarkdown(w io.Writer) error {
+	var b strings.Builder
+	r.writeHeader(&b)
+	r.writeBaselines(&b)
+	r.writeFigures(&b)
+	r.writeTargets(&b)
+	r.writeErrors(&b)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func (r *Report) writeHeader(b *strings.Builder) {
+	set := r.Settings
+	fmt.Fprintf(b, "machine: %s\n\n", r.Machine.Line())
+	fmt.Fprintf(b, "# flybus perf: %dx%d RGBA at %d Hz, %s s per schedule\n\n", set.Width, set.Height, set.Rate, trimFloat(set.Seconds))
+	fmt.Fprintf(b, "- store: %s\n", r.Store.line())
+	fmt.Fprintf(b, "- router: %s\n", r.Router.line())
+	fill := "ArtifactWriter.Write (pwrite)"
+	if set.Fill == FillMap {
+		fill = "ArtifactWriter.Bytes (a writable mapping; Seal unmaps it)"
+	}
+	fmt.Fprintf(b, "- schedule: %s-byte frames, %d per schedule, on a topic declared retained:none to %d latest-mode "+
+		"consumers (InFlight 1; the last sleeps %d ms per frame while holding it); every agent is called every frame "+
+		"with the frame attached and touches it through a view; fill through %s\n",
+		thousands(int64(set.FrameBytes)), set.Frames, set.Consumers, set.SlowDelayNs/1e6, fill)
+	fmt.Fprintf(b, "- touch: readers read one byte per %d-byte line (%s reads per frame); router stats sampled every %d ms\n",
+		set.TouchStride, thousands(int64(set.FrameBytes/set.TouchStride)), set.SampleEvery/1e6)
+	fmt.Fprintf(b, "- latency cells: p50 / p95 / p99 in ms, then (samples; p50 over the named baseline's back-to-back p50, "+
+		"and over its paced p50)\n\n")
+}
+
+func (s StoreFS) line() string {
+	var parts []string
+	kind := "not a tmpfs"
+	if s.Tmpfs {
+		kind = "tmpfs"
+	}
+	if s.Magic != "" {
+		kind += " (statfs type " + s.Magic + ")"
+	}
+	parts = append(parts, s.Root+" on "+kind)
+	if s.MountPoint != "" {
+		parts = append(parts, fmt.Sprintf("mount %s (%s), options %s", s.MountPoint, s.FSType, s.Options))
+	}
+	if s.Huge != "" {
+		pages := "4 KiB pages"
+		if s.Huge != "never" && s.Huge != "deny" {
+			pages = "large folios"
+		}
+		parts = append(parts, fmt.Sprintf("huge=%s (%s)", s.Huge, pages))
+	}
+	if s.ShmemEnabled != "" {
+		parts = append(parts, "shmem_enabled ["+s.ShmemEnabled+"]")
+	}
+	if s.Err != "" {
+		parts = append(parts, "unknown: "+s.Err)
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (r Router) line() string {
+	switch r.Mode {
+	case "process":
+		return fmt.Sprintf("own process, `%s serve` (%s), pid %d, %s, metrics %s", r.Binary, r.Found, r.PID, r.RouterID, r.Metrics)
+	case "embedded":
+		return fmt.Sprintf("embedded (router.New in the harness, pid %d), %s: its CPU and memory are the whole process's", r.PID, r.RouterID)
+	}
+	return "not started"
+}
+
+func (r *Report) writeBaselines(b *strings.Builder) {
+	bl := r.Baselines
+	if bl == nil {
+		return
+	}
+	b.WriteString("## Baselines (measured first, this run)\n\n" +
+		"Back to back: a tight loop. Paced at 60 Hz: one operation per 1/60 s slot, after the machine idled, as the schedule meets it.\n\n" +
+		"| baseline | back to back p50 / p95 / p99 (n) | paced at 60 Hz p50 / p95 / p99 (n) |\n| --- | --- | --- |\n")
+	line := func(name string, x Baseline) {
+		fmt.Fprintf(b, "| %s | %s | %s |\n", name, summaryText(x.Hot), summaryText(x.Paced))
+	}
+	line("copy() of a 1,228,800-byte frame", bl.Copy)
+	if bl.InProcess != nil {
+		line("raw Unix-socket ping-pong of 300 bytes with a goroutine, one hop", bl.InProcess.One)
+		line("the same, two hops in a row", bl.InProcess.Two)
+	}
+	if bl.CrossProcess != nil {
+		line("raw Unix-socket ping-pong of 300 bytes with another process, one hop", bl.CrossProcess.One)
+		line("the same, two hops in a row", bl.CrossProcess.Two)
+	} else if bl.CrossProcessErr != "" {
+		fmt.Fprintf(b, "| ping-pong with another process | not measured: %s | |\n", bl.CrossProcessErr)
+	}
+	line("pwrite of a frame into a fresh fallocated store file", bl.Pwrite)
+	line("map + touch + unmap of a frame-sized store file (kernel floor)", bl.MapTouch)
+	_, topo := bl.matching(r.Router.Mode == "embedded")
+	what := "router process"
+	if r.Router.Mode == "embedded" {
+		what = "whole process"
+	}
+	fmt.Fprintf(b, "\nRatios to a ping-pong use the %s one, the topology of this run's router. "+
+		"Stats sampling alone (idle router, every %d ms) costs %.3f cores of the %s.\n\n",
+		topo, r.Settings.SampleEvery/1e6, r.SamplingCPU, what)
+}
+
+// summaryText is "p50 / p95 / p99 (n)" in the unit that suits.
+func summaryText(h *Hist) string {
+	s := h.Summary()
+	if s.Count == 0 {
+		return "not measured"
+	}
+	return fmt.Sprintf("%s / %s / %s (%d)", dur(s.P50), dur(s.P95), dur(s.P99), s.Count)
+}
+
+func (r *Report) writeFigures(b *strings.Builder) {
+	if len(r.Schedules) == 0 {
+		return
+	}
+	embedded := r.Router.Mode == "embedded"
+	bl := r.Baselines
+	if bl == nil {
+		bl = &Baselines{}
+	}
+	pp, _ := bl.matching(embedded)
+	rows := []row{
+		{"Frames produced (late)", rowFrames, func(s *Schedule) string {
+			c := fmt.Sprintf("%d (%d)", s.Frames, s.Late)
+			if s.Frames != s.Planned {
+				c += fmt.Sprintf(" of %d", s.Planned)
+			}
+			if s.Late > 0 {
+				c += fmt.Sprintf(", worst overrun %s", dur(s.MaxOverrunNs))
+			}
+			return c
+		}},
+		{"RPC round trip, call to result (÷ two-hop ping-pong)", rowRPC, func(s *Schedule) string { return latencyCell(s.RPC, pp.Two) }},
+		{"RPC round trip less the agent's handler (÷ two-hop ping-pong)", "", func(s *Schedule) string { return latencyCell(s.RPCNet, pp.Two) }},
+		{"allocate round trip (÷ ping-pong)", rowAllocate, func(s *Schedule) string { return latencyCell(s.Allocate, pp.One) }},
+		{"producer fill " + fillName(r.Settings.Fill) + " (÷ pwrite)", rowFill, func(s *Schedule) string { return latencyCell(s.Fill, bl.Pwrite) }},
+		{"seal round trip (÷ copy)", rowSeal, func(s *Schedule) string { return latencyCell(s.Seal, bl.Copy) }},
+		{"seals by lease / by copy (router counters)", "", func(s *Schedule) string {
+			return fmt.Sprintf("%d / %d", s.LeaseSeals, s.CopySeals)
+		}},
+		{"publish admission (÷ ping-pong)", rowPublish, func(s *Schedule) string { return latencyCell(s.Publish, pp.One) }},
+		{"delivery, before Publish to first byte, fast consumers (÷ two-hop ping-pong)", "", func(s *Schedule) string {
+			return latencyCell(s.DeliveryFast, pp.Two)
+		}},
+		{"delivery, the same, slow consumer (÷ two-hop ping-pong)", "", func(s *Schedule) string {
+			return latencyCell(s.DeliverySlow, pp.Two)
+		}},
+		{"consumer access: View, touch every line, close (÷ map+touch+unmap)", rowAccess, func(s *Schedule) string {
+			return latencyCell(s.Access, bl.MapTouch)
+		}},
+		{"of which the View call: artifact.open round trip, open, mmap (÷ ping-pong)", "", func(s *Schedule) string {
+			return latencyCell(s.View, pp.One)
+		}},
+		{"agent access: the same in the agents (÷ map+touch+unmap)", "", func(s *Schedule) string {
+			return latencyCell(s.AgentAccess, bl.MapTouch)
+		}},
+		{"Router CPU, cores (net of stats sampling)", rowRouterCPU, func(s *Schedule) string {
+			if embedded {
+				return "n/a (embedded)"
+			}
+			if s.RouterCPU.Err != "" {
+				return "not measured"
+			}
+			return fmt.Sprintf("%.3f (%.3f)", s.RouterCPU.Cores, s.RouterCPU.NetCores)
+		}},
+		{"Router CPU per frame, µs (net of stats sampling)", "", func(s *Schedule) string {
+			if embedded {
+				return "n/a (embedded)"
+			}
+			if s.RouterCPU.Err != "" || s.Frames == 0 {
+				return "not measured"
+			}
+			return fmt.Sprintf("%.0f (%.0f)", s.RouterCPU.PerFrameUs, s.RouterCPU.NetPerFrameUs)
+		}},
+		{"Router + clients CPU, cores", rowTotalCPU, func(s *Schedule) string {
+			if embedded {
+				return cpuCell(s.HarnessCPU)
+			}
+			if s.RouterCPU.Err != "" || s.HarnessCPU.Err != "" {
+				return "not measured"
+			}
+			return fmt.Sprintf("%.3f", s.RouterCPU.Cores+s.HarnessCPU.Cores)
+		}},
+		{"Harness process CPU (the clients), cores", "", func(s *Schedule) string {
+			if embedded {
+				return cpuCell(s.HarnessCPU) + " (router included)"
+			}
+			return cpuCell(s.HarnessCPU)
+		}},
+		{memoryLabel(embedded), rowMemory, func(s *Schedule) string { return memoryCell(s.Memory) }},
+		{"Store bytes peak / live after drain", rowStore, func(s *Schedule) string {
+			return fmt.Sprintf("%s / %d", mb(s.StoreBytesPeak), s.StoreBytesLive)
+		}},
+		{"Outstanding roots peak / live", rowRoots, func(s *Schedule) string { return fmt.Sprintf("%d / %d", s.RootsPeak, s.RootsLive) }},
+		{"Queue length peak / live", rowQueue, func(s *Schedule) string { return fmt.Sprintf("%d / %d", s.QueuedPeak, s.QueuedLive) }},
+		{"Artifacts peak / live", "", func(s *Schedule) string { return fmt.Sprintf("%d / %d", s.ArtifactsPeak, s.ArtifactsLive) }},
+		{"Collection lag after the last frame (polled every 0.25 ms)", rowLag, func(s *Schedule) string {
+			if !s.Drained {
+				return "NOT drained"
+			}
+			return fmt.Sprintf("%.2f ms", ms(s.CollectionLagNs))
+		}},
+		{"Frames seen by the three consumers (coalesced)", rowConsumers, consumersCell},
+		{"Stats samples (failed reads)", "", func(s *Schedule) string { return fmt.Sprintf("%d (%d)", s.StatsSamples, s.StatsErrors) }},
+		{"Staging pool hits / misses", "", func(s *Schedule) string { return fmt.Sprintf("%d / %d", s.PoolHits, s.PoolMisses) }},
+		{"Errors (router refusals)", "", func(s *Schedule) string { return fmt.Sprintf("%d (%d)", s.ErrorCount, s.Refusals) }},
+	}
+
+	b.WriteString("## Figures\n\nRust: the Rust crate's table (2 s = 120 frames per schedule, router and clients in one process, two runs).\n\n| figure |")
+	for _, s := range r.Schedules {
+		fmt.Fprintf(b, " %s | Rust |", agentsName(s.Agents))
+	}
+	b.WriteString("\n| --- |")
+	for range r.Schedules {
+		b.WriteString(" --- | --- |")
+	}
+	b.WriteString("\n")
+	for _, rw := range rows {
+		fmt.Fprintf(b, "| %s |", rw.label)
+		for _, s := range r.Schedules {
+			ref := rustFor(rw.ref, s.Agents)
+			if ref == "" {
+				ref = "—"
+			}
+			fmt.Fprintf(b, " %s | %s |", rw.cell(s), ref)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+}
+
+func (r *Report) writeTargets(b *strings.Builder) {
+	if len(r.Schedules) == 0 {
+		return
+	}
+	b.WriteString("## Targets (DESIGN.md)\n\nEach cell: p50 over the baseline's back-to-back p50 (the verdict), then over its p50 paced at 60 Hz.\n\n| target |")
+	for _, s := range r.Schedules {
+		fmt.Fprintf(b, " %s |", agentsName(s.Agents))
+	}
+	b.WriteString("\n| --- |")
+	for range r.Schedules {
+		b.WriteString(" --- |")
+	}
+	b.WriteString("\n")
+	for i, t := range r.Schedules[0].Targets {
+		fmt.Fprintf(b, "| %s |", t.Name)
+		for _, s := range r.Schedules {
+			if i < len(s.Targets) {
+				fmt.Fprintf(b, " %s |", targetCell(s.Targets[i]))
+			} else {
+				b.WriteString(" — |")
+			}
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+}
+
+func (r *Report) writeErrors(b *strings.Builder) {
+	var lines []string
+	for _, e := range r.Errors {
+		lines = append(lines, "- "+e)
+	}
+	for _, s := range r.Schedules {
+		for _, e := range s.Errors {
+			lines = append(lines, fmt.Sprintf("- %s: %s", agentsName(s.Agents), e))
+		}
+		if more := s.ErrorCount - len(s.Errors); more > 0 {
+			lines = append(lines, fmt.Sprintf("- %s: and %d more", agentsName(s.Agents), more))
+		}
+		if s.Profile != "" {
+			lines = append(lines, fmt.Sprintf("- %s: CPU profile written to %s", agentsName(s.Agents), s.Profile))
+		}
+	}
+	if len(lines) == 0 {
+		return
+	}
+	b.WriteString("## Notes and errors\n\n" + strings.Join(lines, "\n") + "\n")
+}
+
+func targetCell(t Target) string {
+	if !t.Measured {
+		return t.Note
+	}
+	verdict := "NOT met"
+	if t.Met {
+		verdict = "met"
+	}
+	cell := fmt.Sprintf("%.2fx: %s", t.Ratio, verdict)
+	if t.PacedRatio > 0 {
+		verdict = "NOT met"
+		if t.PacedMet {
+			verdict = "met"
+		}
+		cell += fmt.Sprintf("; paced %.2fx: %s", t.PacedRatio, verdict)
+	}
+	return cell
+}
+
+// latencyCell is "p50 / p95 / p99 (n; ratio, paced ratio)" in ms; the
+// ratios are the p50's to the baseline's back-to-back and paced p50s.
+func latencyCell(h *Hist, base Baseline) string {
+	s := h.Summary()
+	if s.Count == 0 {
+		return "not measured"
+	}
+	cell := fmt.Sprintf("%s / %s / %s (%d", msText(s.P50), msText(s.P95), msText(s.P99), s.Count)
+	if bs := base.Hot.Summary(); bs.Count > 0 && bs.P50 > 0 {
+		cell += fmt.Sprintf("; %.2fx", float64(s.P50)/float64(bs.P50))
+	}
+	if ps := base.Paced.Summary(); ps.Count > 0 && ps.P50 > 0 {
+		cell += fmt.Sprintf(", paced %.2fx", float64(s.P50)/float64(ps.P50))
+	}
+	return cell + ")"
+}
+
+func cpuCell(c CPU) string {
+	if c.Err != "" {
+		return "not measured"
+	}
+	return fmt.Sprintf("%.3f", c.Cores)
+}
+
+func memoryLabel(embedded bool) string {
+	if embedded {
+		return "Whole process VmRSS / VmHWM, before → after"
+	}
+	return "Router VmRSS / VmHWM, before → after"
+}
+
+func memoryCell(m MemoryFigures) string {
+	if m.Err != "" {
+		return "not measured"
+	}
+	cell := fmt.Sprintf("%.1f / %.1f → %.1f / %.1f MB", float64(m.Before.RSS)/1e6, float64(m.Before.HWM)/1e6,
+		float64(m.After.RSS)/1e6, float64(m.After.HWM)/1e6)
+	if !m.PeakReset {
+		cell += " (peak since start)"
+	}
+	return cell
+}
+
+func consumersCell(s *Schedule) string {
+	var seen, coalesced []string
+	for _, c := range s.Consumers {
+		seen = append(seen, fmt.Sprint(c.Seen))
+		coalesced = append(coalesced, fmt.Sprint(c.Coalesced))
+	}
+	if len(seen) == 0 {
+		return "not measured"
+	}
+	return strings.Join(seen, ", ") + " (" + strings.Join(coalesced, ", ") + ")"
+}
+
+func agentsName(n int) string {
+	if n == 1 {
+		return "1 agent"
+	}
+	return fmt.Sprintf("%d agents", n)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// msText is a duration in ms with three decimals.
+func msText(d time.Duration) string { return fmt.Sprintf("%.3f", ms(d)) }
+
+// dur is a duration in the unit that suits it.
+func dur(d time.Duration) string {
+	if d < time.Millisecond {
+		return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond))
+	}
+	return fmt.Sprintf("%.3f ms", ms(d))
+}
+
+func trimFloat(f float64) string { return strings.TrimSuffix(fmt.Sprintf("%g", f), ".0") }
+
+// thousands formats n with comma separators.
+func thousands(n int64) string {
+	s := fmt.Sprint(n)
+	if n < 0 {
+		return "-" + thousands(-n)
+	}
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}

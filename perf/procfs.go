@@ -1,0 +1,177 @@
+package perf
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// procStat is what the harness reads from /proc/PID/stat.
+type procStat struct {
+	UTimeTicks uint64 // field 14
+	STimeTicks uint64 // field 15
+	Threads    int    // field 20
+}
+
+// parseProcStat parses the one line of /proc/PID/stat. The command name
+// (field 2) is in parentheses and may itself hold spaces and parentheses,
+// so the fields are counted from the last ')'.
+func parseProcStat(b []byte) (procStat, error) {
+	end := bytes.LastIndexByte(b, ')')
+	if end < 0 {
+		return procStat{}, errors.New("no ')' after the command name")
+	}
+	f := strings.Fields(string(b[end+1:]))
+	// f[0] is field 3 (state), so field n is f[n-3].
+	if len(f) < 18 {
+		return procStat{}, fmt.Errorf("%d fields after the command name, want at least 18", len(f))
+	}
+	var s procStat
+	var err error
+	if s.UTimeTicks, err = strconv.ParseUint(f[14-3], 10, 64); err != nil {
+		return procStat{}, fmt.Errorf("utime: %w", err)
+	}
+	if s.STimeTicks, err = strconv.ParseUint(f[15-3], 10, 64); err != nil {
+		return procStat{}, fmt.Errorf("stime: %w", err)
+	}
+	if s.Threads, err = strconv.Atoi(f[20-3]); err != nil {
+		return procStat{}, fmt.Errorf("num_threads: %w", err)
+	}
+	return s, nil
+}
+
+// readProcStat reads /proc/PID/stat.
+func readProcStat(pid int) (procStat, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procStat{}, err
+	}
+	s, err := parseProcStat(b)
+	if err != nil {
+		return procStat{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return s, nil
+}
+
+// Memory is a process's resident set, in bytes, from /proc/PID/status.
+type Memory struct {
+	RSS uint64 `json:"vmRSS"` // VmRSS
+	HWM uint64 `json:"vmHWM"` // VmHWM: the peak of VmRSS
+}
+
+// parseProcStatus reads VmRSS and VmHWM ("VmRSS:\t  11520 kB") out of
+// /proc/PID/status.
+func parseProcStatus(b []byte) (Memory, error) {
+	var m Memory
+	var haveRSS, haveHWM bool
+	for line := range strings.SplitSeq(string(b), "\n") {
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok || (name != "VmRSS" && name != "VmHWM") {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			return Memory{}, fmt.Errorf("%s: unexpected value %q", name, rest)
+		}
+		kb, err := strconv.ParseUint(f[0], 10, 64)
+		if err != nil {
+			return Memory{}, fmt.Errorf("%s: %w", name, err)
+		}
+		if name == "VmRSS" {
+			m.RSS, haveRSS = kb*1024, true
+		} else {
+			m.HWM, haveHWM = kb*1024, true
+		}
+	}
+	if !haveRSS || !haveHWM {
+		return Memory{}, errors.New("no VmRSS or VmHWM line (a kernel thread, or a zombie?)")
+	}
+	return m, nil
+}
+
+// readMemory reads /proc/PID/status.
+func readMemory(pid int) (Memory, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return Memory{}, err
+	}
+	m, err := parseProcStatus(b)
+	if err != nil {
+		return Memory{}, fmt.Errorf("/proc/%d/status: %w", pid, err)
+	}
+	return m, nil
+}
+
+// resetPeakRSS sets a process's VmHWM back to its current VmRSS (writing 5
+// to /proc/PID/clear_refs, Linux 4.0 and later), so that each schedule
+// reports its own peak. It needs the same rights as ptrace.
+func resetPeakRSS(pid int) error {
+	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
+}
+
+// atClkTck is the auxiliary vector key of the clock tick rate.
+const atClkTck = 17
+
+// parseAuxvClkTck finds AT_CLKTCK in a native-endian auxiliary vector of
+// word-sized (key, value) pairs, as /proc/self/auxv holds it. This is the
+// value sysconf(_SC_CLK_TCK) returns.
+func parseAuxvClkTck(b []byte, word int) (uint64, bool) {
+	read := func(p []byte) uint64 {
+		if word == 4 {
+			return uint64(binary.NativeEndian.Uint32(p))
+		}
+		return binary.NativeEndian.Uint64(p)
+	}
+	for i := 0; i+2*word <= len(b); i += 2 * word {
+		key, val := read(b[i:]), read(b[i+word:])
+		if key == 0 { // AT_NULL ends the vector
+			break
+		}
+		if key == atClkTck {
+			return val, true
+		}
+	}
+	return 0, false
+}
+
+var clkTck = sync.OnceValue(func() uint64 {
+	if b, err := os.ReadFile("/proc/self/auxv"); err == nil {
+		if hz, ok := parseAuxvClkTck(b, strconv.IntSize/8); ok && hz > 0 {
+			return hz
+		}
+	}
+	return 100 // USER_HZ: 100 on every Linux architecture Go supports
+})
+
+// ticks converts clock ticks of /proc/PID/stat to a duration.
+func ticks(n uint64) time.Duration {
+	return time.Duration(n) * time.Second / time.Duration(clkTck())
+}
+
+// selfCPU is the harness process's user and system CPU time, from
+// getrusage (microsecond resolution, unlike the ticks of /proc).
+func selfCPU() (time.Duration, error) {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0, os.NewSyscallError("getrusage", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
+}
+
+// processCPU is another process's user and system CPU time, from
+// /proc/PID/stat (clock-tick resolution: 10 ms at 100 Hz).
+func processCPU(pid int) (time.Duration, error) {
+	s, err := readProcStat(pid)
+	if err != nil {
+		return 0, err
+	}
+	return ticks(s.UTimeTicks + s.STimeTicks), nil
+}

@@ -1,0 +1,95 @@
+package perf
+
+import (
+	"encoding/binary"
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestParseProcStat(t *testing.T) {
+	// A command name with spaces and parentheses, as prctl allows.
+	line := "4242 (a) (b c) S 1 4242 4242 0 -1 4194560 1234 0 0 0 275 31 0 0 20 0 7 0 12345 1234567 890 " +
+		"18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n"
+	s, err := parseProcStat([]byte(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.UTimeTicks != 275 || s.STimeTicks != 31 || s.Threads != 7 {
+		t.Fatalf("parsed %+v, want utime 275, stime 31, 7 threads", s)
+	}
+}
+
+func TestParseProcStatRefusesGarbage(t *testing.T) {
+	for name, line := range map[string]string{
+		"NoParen":   "4242 a S 1 2 3",
+		"TooShort":  "4242 (a) S 1 2 3",
+		"NotNumber": "1 (a) S 1 1 1 0 -1 0 0 0 0 0 x 31 0 0 20 0 7 0 1",
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := parseProcStat([]byte(line)); err == nil {
+				t.Fatal("accepted")
+			}
+		})
+	}
+}
+
+func TestParseProcStatus(t *testing.T) {
+	status := "Name:\tflybus\nVmPeak:\t 1300000 kB\nVmHWM:\t   14400 kB\nVmRSS:\t   11520 kB\nThreads:\t7\n"
+	m, err := parseProcStatus([]byte(status))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.RSS != 11520*1024 || m.HWM != 14400*1024 {
+		t.Fatalf("parsed %+v", m)
+	}
+	if _, err := parseProcStatus([]byte("Name:\tkthreadd\n")); err == nil {
+		t.Fatal("a status without VmRSS was accepted")
+	}
+	if _, err := parseProcStatus([]byte("VmRSS:\t12 MB\nVmHWM:\t1 kB\n")); err == nil {
+		t.Fatal("a unit other than kB was accepted")
+	}
+}
+
+func TestParseAuxvClkTck(t *testing.T) {
+	var b []byte
+	for _, kv := range [][2]uint64{{6, 4096}, {17, 250}, {0, 0}, {17, 1}} {
+		b = binary.NativeEndian.AppendUint64(b, kv[0])
+		b = binary.NativeEndian.AppendUint64(b, kv[1])
+	}
+	if hz, ok := parseAuxvClkTck(b, 8); !ok || hz != 250 {
+		t.Fatalf("got %d %v, want 250", hz, ok)
+	}
+	if _, ok := parseAuxvClkTck(b[:16], 8); ok {
+		t.Fatal("found AT_CLKTCK in a vector without it")
+	}
+}
+
+func TestThisProcess(t *testing.T) {
+	if hz := clkTck(); hz != 100 {
+		t.Logf("CLK_TCK is %d, not the usual 100", hz)
+	}
+	s, err := readProcStat(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Threads < 1 {
+		t.Fatalf("%+v", s)
+	}
+	m, err := readMemory(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.RSS == 0 || m.HWM < m.RSS {
+		t.Fatalf("memory %+v", m)
+	}
+	if err := resetPeakRSS(os.Getpid()); err != nil && !strings.Contains(err.Error(), "permission") {
+		t.Fatalf("resetting VmHWM: %v", err)
+	}
+	if c, err := selfCPU(); err != nil || c <= 0 {
+		t.Fatalf("selfCPU %v %v", c, err)
+	}
+	if _, err := processCPU(os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+}

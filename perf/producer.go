@@ -1,0 +1,156 @@
+package perf
+
+import (
+	"context"
+	"encoding/binary"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/wire"
+)
+
+// produce runs the 60 Hz producer for planned frames. A frame is late
+// when its work ends after its slot; the ticker then drops ticks, so the
+// schedule stretches rather than bunching frames together.
+func (s *schedule) produce(ctx context.Context, planned int) {
+	tk := time.NewTicker(framePeriod)
+	defer tk.Stop()
+	var payload []byte
+	for seq := 1; seq <= planned; seq++ {
+		var tick time.Time
+		select {
+		case tick = <-tk.C:
+		case <-ctx.Done():
+			s.errs.add("producer", ctx.Err())
+			return
+		}
+		var published bool
+		payload, published = s.frameOnce(ctx, seq, payload)
+		over := time.Since(tick) - framePeriod
+		s.mu.Lock()
+		if over > 0 {
+			s.out.Late++
+			s.out.MaxOverrunNs = max(s.out.MaxOverrunNs, over)
+		}
+		if published {
+			s.out.Frames++
+			s.lastPublished = seq
+		}
+		s.mu.Unlock()
+	}
+}
+
+// frameOnce produces frame seq: allocate, fill, seal, publish, call every
+// agent with the frame attached and wait for every result, let go. It
+// reports whether the frame was published.
+func (s *schedule) frameOnce(ctx context.Context, seq int, payload []byte) ([]byte, bool) {
+	out := s.out
+	t0 := time.Now()
+	w, err := s.producer.Artifacts().Allocate(ctx, FrameBytes, "image/x-rgba")
+	t1 := time.Now()
+	if err != nil {
+		s.errs.add("allocate", err)
+		return payload, false
+	}
+	out.Allocate.Add(t1.Sub(t0))
+
+	frame := s.env.frame
+	binary.LittleEndian.PutUint64(frame, uint64(seq))
+	switch s.env.fill {
+	case FillMap:
+		var b []byte
+		if b, err = w.Bytes(); err == nil {
+			copy(b, frame)
+		}
+	default:
+		_, err = w.Write(frame)
+	}
+	t2 := time.Now()
+	if err != nil {
+		s.errs.add("fill", err)
+		w.Close()
+		return payload, false
+	}
+	out.Fill.Add(t2.Sub(t1))
+
+	a, err := w.Seal(ctx)
+	t3 := time.Now()
+	if err != nil {
+		s.errs.add("seal", err)
+		return payload, false
+	}
+	out.Seal.Add(t3.Sub(t2))
+
+	tp := time.Now()
+	payload = append(payload[:0], `{"seq":`...)
+	payload = strconv.AppendInt(payload, int64(seq), 10)
+	payload = append(payload, `,"t":`...)
+	payload = strconv.AppendInt(payload, tp.UnixNano(), 10)
+	payload = append(payload, '}')
+	_, err = s.producer.Publish(ctx, s.topic, wire.RawJSON(payload), client.Attach("frame", a))
+	published := err == nil
+	if err != nil {
+		s.errs.add("publish", err)
+	} else {
+		out.Publish.Add(time.Since(tp))
+	}
+
+	// The calls are admitted one after another from this goroutine, the
+	// way a single-threaded producer writes it, and their results awaited
+	// together. (Concurrent Calls on one client can also reach the router
+	// with their call ids out of order, which it refuses as INVALID_ENVELOPE:
+	// the SDK numbers a call before it queues it.)
+	var results sync.WaitGroup
+	for i, ag := range s.agts {
+		t0 := time.Now()
+		p, err := s.call(ctx, i, ag, seq, a)
+		if err != nil {
+			s.errs.add("call", err)
+			continue
+		}
+		results.Go(func() { s.result(ctx, p, t0) })
+	}
+	results.Wait()
+	a.Close()
+	s.mu.Lock()
+	s.lastClose = time.Now()
+	s.mu.Unlock()
+	return payload, published
+}
+
+// call admits one agent call with the frame attached.
+func (s *schedule) call(ctx context.Context, i int, ag *agent, seq int, a *client.Artifact) (*client.PendingCall, error) {
+	payload := strconv.AppendInt([]byte(`{"seq":`), int64(seq), 10)
+	payload = append(payload, '}')
+	p, err := s.producer.Call(ctx, ag.name, ag.svc.Incarnation(), "Frame.Touch", wire.RawJSON(payload),
+		client.Attach("frame", a))
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.agentLast[i] = seq
+	s.mu.Unlock()
+	return p, nil
+}
+
+// result waits for a call's result and records its round trip, from the
+// start of Call (t0) to the result in hand.
+func (s *schedule) result(ctx context.Context, p *client.PendingCall, t0 time.Time) {
+	res, err := p.Result(ctx)
+	rtt := time.Since(t0)
+	if err != nil {
+		s.errs.add("call result", err)
+		p.Close()
+		return
+	}
+	defer res.Close()
+	s.out.RPC.Add(rtt)
+	var r agentReply
+	if err := res.Decode(&r); err != nil {
+		s.errs.add("call outcome", err)
+		return
+	}
+	s.out.RPCNet.Add(rtt - time.Duration(r.HandlerNs))
+}

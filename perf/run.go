@@ -1,0 +1,185 @@
+package perf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Run measures the baselines, starts a router, runs one schedule per
+// agent count and stops the router. The report is returned whenever
+// anything was measured, even with an error; the error is reserved for a
+// run that could not proceed (bad configuration, no router, no store).
+// Failures inside a schedule are counted in its figures instead.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	prog := startProgress(cfg.Progress)
+	defer prog.stop()
+
+	rep := &Report{Started: time.Now().UTC(), Machine: describeMachine(), Settings: Settings{
+		Width: FrameWidth, Height: FrameHeight, FrameBytes: FrameBytes, Rate: FrameRate, Seconds: cfg.Seconds,
+		Frames: frames(cfg.Seconds), Agents: cfg.Agents, Consumers: Consumers, SlowDelayNs: int64(SlowConsumerDelay),
+		Fill: cfg.Fill, TouchStride: TouchStride, SampleEvery: int64(sampleEvery), ProfileFiles: cfg.CPUProfile != ""}}
+
+	root, removeRoot, err := storeRoot(cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	defer removeRoot()
+	rep.Store = describeStore(root)
+
+	// Sockets, the built binary and baseline scratch files live here; the
+	// scratch directory is in the store's filesystem so that pwrite and
+	// map+touch+unmap pay what staging and views pay.
+	tmp, err := os.MkdirTemp("", "flybus-perf-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	scratch, err := os.MkdirTemp(root, "perf-baseline-")
+	if err != nil {
+		return nil, err
+	}
+	frame := framePattern()
+	rounds := defaultRounds
+	if cfg.rounds != nil {
+		rounds = *cfg.rounds
+	}
+	rep.Baselines, err = measureBaselines(ctx, scratch, frame, rounds, func(name string) {
+		prog.phase("baseline: %s", name)
+	})
+	if rmErr := os.RemoveAll(scratch); err == nil {
+		err = rmErr
+	}
+	if err != nil {
+		return rep, err
+	}
+
+	prog.phase("starting the router")
+	host, err := startRouter(ctx, cfg, root, tmp, &rep.Router)
+	if err != nil {
+		return rep, err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if err := host.stop(sctx); err != nil {
+			rep.Errors = append(rep.Errors, "stopping the router: "+err.Error())
+		}
+		inf := host.info()
+		rep.Router.ExitStatus = inf.ExitStatus
+		if _, err := os.Lstat(inf.StoreDir); inf.StoreDir != "" && !errors.Is(err, os.ErrNotExist) {
+			rep.Errors = append(rep.Errors, fmt.Sprintf("the router's store directory %s is still there after shutdown", inf.StoreDir))
+		}
+	}()
+
+	prog.phase("measuring what 10 ms stats sampling costs the idle router")
+	rep.SamplingCPU, err = samplingCost(ctx, host, cfg.samplingWindow)
+	if err != nil {
+		rep.Errors = append(rep.Errors, "sampling cost: "+err.Error())
+	}
+
+	for i, n := range cfg.Agents {
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		env := scheduleEnv{host: host, sock: host.info().Socket, storeRoot: root, fill: cfg.Fill,
+			seconds: cfg.Seconds, index: i + 1, frame: frame, progress: prog, samplingCPU: rep.SamplingCPU}
+		if cfg.CPUProfile != "" {
+			env.profile = profileFile(cfg.CPUProfile, n, len(cfg.Agents) > 1)
+		}
+		if us, ok := cfg.NATSRouterCPUPerFrameUs[n]; ok {
+			env.natsUs = &us
+		}
+		s := runSchedule(ctx, env, n)
+		s.Targets = checkTargets(rep.Baselines, s, cfg.Fill, cfg.Embedded)
+		rep.Schedules = append(rep.Schedules, s)
+	}
+	return rep, ctx.Err()
+}
+
+// storeRoot prepares the store root: the given directory (created if
+// missing, kept), or /dev/shm/flybus-perf-<pid> (removed afterwards).
+func storeRoot(dir string) (string, func(), error) {
+	if dir != "" {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return "", nil, err
+		}
+		if err := os.MkdirAll(abs, 0o700); err != nil {
+			return "", nil, err
+		}
+		return abs, func() {}, nil
+	}
+	def := fmt.Sprintf("/dev/shm/flybus-perf-%d", os.Getpid())
+	if err := os.Mkdir(def, 0o700); err != nil {
+		return "", nil, fmt.Errorf("default store root: %w (choose one with --store DIR)", err)
+	}
+	return def, func() { os.RemoveAll(def) }, nil
+}
+
+// startRouter starts the router the configuration asks for and fills in
+// what the report says about it.
+func startRouter(ctx context.Context, cfg Config, root, tmp string, inf *Router) (routerHost, error) {
+	sock := filepath.Join(tmp, "bus.sock")
+	if cfg.Embedded {
+		e, err := startEmbedded(root, sock)
+		if err != nil {
+			return nil, fmt.Errorf("embedded router: %w", err)
+		}
+		*inf = e.info()
+		return e, nil
+	}
+	bin, how, err := locateFlybus(ctx, cfg.Flybus, tmp)
+	if err != nil {
+		return nil, err
+	}
+	p, err := startProcess(ctx, bin, root, sock)
+	if err != nil {
+		return nil, err
+	}
+	*inf = p.info()
+	inf.Found = how
+	return p, nil
+}
+
+// samplingCost measures the CPU the router (embedded: the process) spends
+// while the harness samples its stats every 10 ms and nothing else runs.
+func samplingCost(ctx context.Context, host routerHost, seconds float64) (float64, error) {
+	c0, err := host.cpu()
+	if err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	smp := startSampler(ctx, host.stats())
+	select {
+	case <-time.After(time.Duration(seconds * float64(time.Second))):
+	case <-ctx.Done():
+	}
+	_, _, errs, last := smp.stop()
+	c1, err := host.cpu()
+	if err != nil {
+		return 0, err
+	}
+	if errs > 0 {
+		return 0, fmt.Errorf("%d failed reads, the last: %w", errs, last)
+	}
+	return (c1 - c0).Seconds() / time.Since(t0).Seconds(), nil
+}
+
+// profileFile names a schedule's profile: file itself for a single
+// schedule, else with ".agentsN" before the extension.
+func profileFile(file string, agents int, several bool) string {
+	if !several {
+		return file
+	}
+	ext := filepath.Ext(file)
+	return fmt.Sprintf("%s.agents%d%s", strings.TrimSuffix(file, ext), agents, ext)
+}

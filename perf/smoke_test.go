@@ -1,0 +1,136 @@
+package perf
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSmoke runs the harness for real, briefly: one 2 s schedule with one
+// agent, embedded and (when the flybus binary builds in time) as a router
+// process. It checks that the harness works, never how fast anything is.
+// CI enables it with FLYBUS_PERF_SMOKE=1 or -tags perfsmoke.
+func TestSmoke(t *testing.T) {
+	if !smokeByTag && os.Getenv("FLYBUS_PERF_SMOKE") != "1" {
+		t.Skip("set FLYBUS_PERF_SMOKE=1 or build with -tags perfsmoke")
+	}
+	t.Run("Embedded", func(t *testing.T) {
+		smoke(t, Config{Embedded: true})
+	})
+	t.Run("Process", func(t *testing.T) {
+		bin := filepath.Join(t.TempDir(), "flybus")
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		root, err := moduleRoot(ctx)
+		if err != nil {
+			t.Skipf("cannot build flybus: %v", err)
+		}
+		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/flybus")
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Skipf("cannot build flybus quickly: %v\n%s", err, out)
+		}
+		smoke(t, Config{Flybus: bin})
+	})
+}
+
+func smoke(t *testing.T, cfg Config) {
+	cfg.Seconds, cfg.Agents, cfg.Store = 2, []int{1}, smokeStore(t)
+	cfg.rounds = &baselineRounds{copy: 20, pingPong: 50, pwrite: 5, mapTouch: 5, paced: 5}
+	cfg.samplingWindow = 0.2
+	cfg.CPUProfile = filepath.Join(t.TempDir(), "router.pprof")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md, js bytes.Buffer
+	if err := rep.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("report:\n%s", md.String())
+		}
+	}()
+	if len(rep.Errors) > 0 {
+		t.Errorf("run errors: %v", rep.Errors)
+	}
+	if len(rep.Schedules) != 1 {
+		t.Fatalf("%d schedules", len(rep.Schedules))
+	}
+	s := rep.Schedules[0]
+	if s.ErrorCount > 0 {
+		t.Errorf("%d errors: %v", s.ErrorCount, s.Errors)
+	}
+	if s.Frames == 0 {
+		t.Fatal("no frame produced")
+	}
+	for name, h := range map[string]*Hist{"rpc": s.RPC, "rpcNet": s.RPCNet, "allocate": s.Allocate, "fill": s.Fill,
+		"seal": s.Seal, "publish": s.Publish, "deliveryFast": s.DeliveryFast, "deliverySlow": s.DeliverySlow,
+		"access": s.Access, "view": s.View, "agentAccess": s.AgentAccess} {
+		if h.Summary().Count == 0 {
+			t.Errorf("no %s samples", name)
+		}
+	}
+	if s.Seals == 0 || s.LeaseSeals+s.CopySeals != s.Seals || s.Publications == 0 {
+		t.Errorf("seals %d (lease %d, copy %d), publications %d", s.Seals, s.LeaseSeals, s.CopySeals, s.Publications)
+	}
+	if !s.Drained || s.ArtifactsLive != 0 || s.RootsLive != 0 || s.StoreBytesLive != 0 || s.QueuedLive != 0 {
+		t.Errorf("not drained: artifacts %d, roots %d, store bytes %d, queued %d",
+			s.ArtifactsLive, s.RootsLive, s.StoreBytesLive, s.QueuedLive)
+	}
+	if s.StatsSamples == 0 || s.RootsPeak == 0 || s.StoreBytesPeak == 0 {
+		t.Errorf("sampling saw nothing: %d samples, roots peak %d, store peak %d", s.StatsSamples, s.RootsPeak, s.StoreBytesPeak)
+	}
+	if len(s.Consumers) != Consumers {
+		t.Fatalf("%d consumers", len(s.Consumers))
+	}
+	for i, c := range s.Consumers {
+		if c.Seen == 0 {
+			t.Errorf("consumer %d saw nothing", i+1)
+		}
+	}
+	if s.RouterCPU.Err != "" || s.HarnessCPU.Err != "" || s.Memory.Err != "" || s.Memory.After.RSS == 0 {
+		t.Errorf("CPU or memory not measured: %+v %+v %+v", s.RouterCPU, s.HarnessCPU, s.Memory)
+	}
+	if len(s.Targets) != 7 {
+		t.Errorf("%d targets", len(s.Targets))
+	}
+	if st, err := os.Stat(s.Profile); err != nil || st.Size() == 0 {
+		t.Errorf("CPU profile %q: %v", s.Profile, err)
+	}
+	// Every figure is present: only the NATS target may say so.
+	if n := strings.Count(md.String(), "not measured"); n != 1 {
+		t.Errorf("%d figures not measured", n)
+	}
+	if !cfg.Embedded && rep.Router.ExitStatus != 0 {
+		t.Errorf("the router exited with status %d", rep.Router.ExitStatus)
+	}
+	if _, err := os.Stat(rep.Router.StoreDir); !os.IsNotExist(err) {
+		t.Errorf("the router's store directory %s survived: %v", rep.Router.StoreDir, err)
+	}
+}
+
+// smokeStore is a store root on /dev/shm when there is one.
+func smokeStore(t *testing.T) string {
+	base := ""
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		base = "/dev/shm"
+	}
+	dir, err := os.MkdirTemp(base, "flybus-perf-smoke-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}

@@ -1,0 +1,155 @@
+package perf
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/flybus/flybus/router"
+)
+
+// routerSample is the part of the router's figures the harness follows,
+// whichever way it was read: router.Stats in embedded mode, the /metrics
+// text of `flybus serve --metrics` in process mode.
+type routerSample struct {
+	Artifacts     int64
+	ArtifactRoots int64
+	Queued        int64
+	StoreBytes    uint64
+	StoreFiles    int64
+	Owners        int64
+	Publications  uint64
+	Seals         uint64
+	LeaseSeals    uint64
+	CopySeals     uint64
+	Collected     uint64
+	PoolHits      uint64
+	PoolMisses    uint64
+	Refusals      uint64 // every refusal, whatever its code
+}
+
+// statsSource reads the router's figures.
+type statsSource interface {
+	sample(ctx context.Context) (routerSample, error)
+}
+
+// embeddedStats reads an in-process router.
+type embeddedStats struct{ r *router.Router }
+
+func (e embeddedStats) sample(context.Context) (routerSample, error) {
+	s := e.r.Stats()
+	out := routerSample{Artifacts: int64(s.Artifacts), ArtifactRoots: int64(s.ArtifactRoots), Queued: int64(s.Queued),
+		StoreBytes: s.StoreBytes, StoreFiles: s.StoreFiles, Owners: int64(s.Owners), Publications: s.Publications,
+		Seals: s.Seals, LeaseSeals: s.LeaseSeals, CopySeals: s.CopySeals, Collected: s.Collected,
+		PoolHits: s.PoolHits, PoolMisses: s.PoolMisses}
+	for _, n := range s.Refusals {
+		out.Refusals += n
+	}
+	return out, nil
+}
+
+// metricsStats scrapes a router's /metrics endpoint over one kept-alive
+// HTTP connection.
+type metricsStats struct {
+	url    string
+	client *http.Client
+}
+
+func (m metricsStats) sample(ctx context.Context) (routerSample, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.url, nil)
+	if err != nil {
+		return routerSample{}, err
+	}
+	resp, err := m.client.Do(req)
+	if err != nil {
+		return routerSample{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		io.Copy(io.Discard, resp.Body)
+		return routerSample{}, fmt.Errorf("GET %s: %s", m.url, resp.Status)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return routerSample{}, err
+	}
+	values, err := parseMetrics(body)
+	if err != nil {
+		return routerSample{}, fmt.Errorf("GET %s: %w", m.url, err)
+	}
+	return sampleFromMetrics(values)
+}
+
+// parseMetrics reads the Prometheus text exposition format into a map
+// from the series (name plus its label set as written) to its value;
+// comments and blank lines are skipped.
+func parseMetrics(b []byte) (map[string]float64, error) {
+	out := map[string]float64{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		// The value follows the series; label values are quoted and may
+		// hold spaces, so split after the closing brace when there is one.
+		split := strings.LastIndexByte(line, '}') + 1
+		if split == 0 {
+			split = strings.IndexByte(line, ' ')
+			if split < 0 {
+				return nil, fmt.Errorf("metrics line %d has no value: %q", n, line)
+			}
+		}
+		series := line[:split]
+		f := strings.Fields(line[split:])
+		if len(f) == 0 || len(f) > 2 { // value [timestamp]
+			return nil, fmt.Errorf("metrics line %d: %q", n, line)
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return nil, fmt.Errorf("metrics line %d: %w", n, err)
+		}
+		out[series] = v
+	}
+	return out, sc.Err()
+}
+
+// sampleFromMetrics picks the harness's figures out of parsed metrics,
+// named as `flybus serve` exports router.Stats; a missing one is an error,
+// so a renamed metric cannot silently read as zero.
+func sampleFromMetrics(v map[string]float64) (routerSample, error) {
+	var missing []string
+	get := func(name string) float64 {
+		x, ok := v[name]
+		if !ok {
+			missing = append(missing, name)
+		}
+		return x
+	}
+	u := func(name string) uint64 { return uint64(math.Max(0, get(name))) }
+	i := func(name string) int64 { return int64(get(name)) }
+	s := routerSample{
+		Artifacts: i("flybus_artifacts"), ArtifactRoots: i("flybus_artifact_roots"), Queued: i("flybus_queued"),
+		StoreBytes: u("flybus_store_bytes"), StoreFiles: i("flybus_store_files"), Owners: i("flybus_owners"),
+		Publications: u("flybus_publications_total"), Seals: u("flybus_seals_total"),
+		LeaseSeals: u("flybus_lease_seals_total"), CopySeals: u("flybus_copy_seals_total"),
+		Collected: u("flybus_collected_total"), PoolHits: u("flybus_pool_hits_total"),
+		PoolMisses: u("flybus_pool_misses_total"),
+	}
+	if len(missing) > 0 {
+		return routerSample{}, fmt.Errorf("metrics lack %s", strings.Join(missing, ", "))
+	}
+	for series, x := range v {
+		if strings.HasPrefix(series, "flybus_refusals_total{") {
+			s.Refusals += uint64(x)
+		}
+	}
+	return s, nil
+}
