@@ -91,6 +91,9 @@ func (a Artifacts) Allocate(ctx context.Context, n int64, contentType string) (*
 	f, err := store.OpenWrite(c.cfg.StoreRoot, ok.WriteLocation.StoreID.String(), ok.WriteLocation.RelativePath)
 	if err != nil {
 		c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{ok.OwnerID}})
+		if lost := c.Err(); lost != nil {
+			return nil, lostError(lost) // the router went away with its store
+		}
 		return nil, err
 	}
 	return &ArtifactWriter{c: c, id: ok.ArtifactID, owner: ok.OwnerID, size: n, contentType: contentType, f: f}, nil
@@ -215,8 +218,13 @@ func (w *ArtifactWriter) seal(ctx context.Context, digest wire.Opt[wire.Digest])
 	var ok wire.SealOK
 	err := c.roundTrip(ctx, wire.OpArtifactSeal, &wire.Seal{ArtifactID: w.id, Generation: 1, OwnerID: w.owner, Digest: digest}, &ok,
 		func(err error) {
+			// The caller gave up: give back whatever the seal left us, the
+			// new hold or, after a refusal, the writer's id (a retired id
+			// releases nothing).
 			if err == nil {
 				c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{ok.OwnerID}})
+			} else if !errors.Is(err, wire.ErrRouterLost) {
+				c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{w.owner}})
 			}
 		})
 	if err != nil {
@@ -302,7 +310,13 @@ func (a *Artifact) openFile(ctx context.Context) (*os.File, error) {
 	if err := a.c.roundTrip(ctx, wire.OpArtifactOpen, &wire.RefOwner{Ref: a.ref, OwnerID: a.g.owner}, &ok, nil); err != nil {
 		return nil, err
 	}
-	return store.OpenRead(a.c.cfg.StoreRoot, ok.ReadLocation.StoreID.String(), ok.ReadLocation.RelativePath)
+	f, err := store.OpenRead(a.c.cfg.StoreRoot, ok.ReadLocation.StoreID.String(), ok.ReadLocation.RelativePath)
+	if err != nil {
+		if lost := a.c.Err(); lost != nil {
+			return nil, lostError(lost) // the router went away with its store
+		}
+	}
+	return f, err
 }
 
 // View maps the artifact read-only. The view keeps the artifact's owner

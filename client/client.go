@@ -209,6 +209,7 @@ func (c *Client) fail(err error) {
 	calls := c.calls
 	c.calls = map[wire.CallID]*PendingCall{}
 	services := c.services
+	c.services = map[string]*Service{}
 	subs := c.subs
 	c.subs = map[wire.SubID]*Subscription{}
 	close(c.closed)
@@ -283,15 +284,16 @@ func (c *Client) sendPrepared(ctx context.Context, op wire.Op, body wire.Body, a
 	case err := <-w.ch:
 		return err
 	case <-ctx.Done():
+		// Under the lock the reader delivers with: either the reply is
+		// already here, or from now on the orphan handler gets it.
 		c.mu.Lock()
-		w.orphaned = true
-		c.mu.Unlock()
-		// The reply may have raced in.
+		defer c.mu.Unlock()
 		select {
 		case err := <-w.ch:
 			return err
 		default:
 		}
+		w.orphaned = true
 		return ctx.Err()
 	}
 }

@@ -19,25 +19,33 @@ type TopicInfo struct {
 // DeclareTopic declares name with its retention. Redeclaring with the same
 // retention is allowed; a different one fails with CONFLICT.
 func (c *Client) DeclareTopic(ctx context.Context, name string, retained wire.Retention) (TopicInfo, error) {
+	// On an error the reply value is not read: a late reply may still be
+	// decoding into it.
 	var ok wire.DeclareOK
-	err := c.roundTrip(ctx, wire.OpTopicDeclare, &wire.Declare{Name: name, Retained: retained}, &ok, nil)
-	return TopicInfo{Declared: ok.Declared, Incarnation: ok.TopicIncarnation}, err
+	if err := c.roundTrip(ctx, wire.OpTopicDeclare, &wire.Declare{Name: name, Retained: retained}, &ok, nil); err != nil {
+		return TopicInfo{}, err
+	}
+	return TopicInfo{Declared: ok.Declared, Incarnation: ok.TopicIncarnation}, nil
 }
 
 // ClearTopic releases the topic's retained value; it reports whether there
 // was one. Deliveries already made stay valid.
 func (c *Client) ClearTopic(ctx context.Context, name string) (bool, error) {
 	var ok wire.Cleared
-	err := c.roundTrip(ctx, wire.OpTopicClear, &wire.TopicName{Name: name}, &ok, nil)
-	return ok.Cleared, err
+	if err := c.roundTrip(ctx, wire.OpTopicClear, &wire.TopicName{Name: name}, &ok, nil); err != nil {
+		return false, err
+	}
+	return ok.Cleared, nil
 }
 
 // DeleteTopic deletes a topic without subscribers (CONFLICT otherwise); it
 // reports false for a topic that did not exist.
 func (c *Client) DeleteTopic(ctx context.Context, name string) (bool, error) {
 	var ok wire.Deleted
-	err := c.roundTrip(ctx, wire.OpTopicDelete, &wire.TopicName{Name: name}, &ok, nil)
-	return ok.Deleted, err
+	if err := c.roundTrip(ctx, wire.OpTopicDelete, &wire.TopicName{Name: name}, &ok, nil); err != nil {
+		return false, err
+	}
+	return ok.Deleted, nil
 }
 
 // SubscriptionConfig chooses a subscription's mode and credits. Build one
@@ -93,7 +101,10 @@ func (c *Client) Publish(ctx context.Context, topic string, payload any, atts ..
 	if !isCtxErr(err) {
 		undo()
 	}
-	return PublishReceipt{TopicSequence: ok.TopicSequence, Subscribers: ok.Subscribers, Replaced: ok.Replaced}, err
+	if err != nil {
+		return PublishReceipt{}, err
+	}
+	return PublishReceipt{TopicSequence: ok.TopicSequence, Subscribers: ok.Subscribers, Replaced: ok.Replaced}, nil
 }
 
 // Subscription receives one topic's messages.

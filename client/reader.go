@@ -101,19 +101,21 @@ func (c *Client) onReply(env *wire.Envelope) error {
 	} else if w.then != nil {
 		w.then()
 	}
+	// Hand the result over, or to the orphan handler if the caller gave
+	// up, deciding under the lock the caller marks abandonment with: a
+	// grant is never both unseen and unreleased.
 	c.mu.Lock()
 	orphaned := w.orphaned
+	if !orphaned && w.ch != nil {
+		w.ch <- result // buffered: never blocks
+	}
 	c.mu.Unlock()
 	if orphaned && w.orphan != nil {
 		w.orphan(result)
 	}
-	if w.ch == nil { // fire-and-forget: only a refusal is worth recording
-		if result != nil {
-			c.controlErrors.Add(1)
-		}
-		return nil
+	if w.ch == nil && result != nil { // fire-and-forget: count refusals
+		c.controlErrors.Add(1)
 	}
-	w.ch <- result
 	return nil
 }
 

@@ -199,6 +199,7 @@ func (k *core) newHold(c *conn, a *artifact, writer bool) *hold {
 
 // staged completes an allocation after the store's I/O.
 func (k *core) staged(e effect, relPath string, err error) {
+	defer k.settle()
 	a, c := e.art, e.conn
 	if err != nil {
 		k.abandon(a)
@@ -280,6 +281,7 @@ func (k *core) opSeal(c *conn, env *wire.Envelope) *wire.BusError {
 // sealed completes a seal after the store's I/O. A writer released or
 // disconnected meanwhile means the artifact is never published.
 func (k *core) sealed(e effect, relPath string, mismatch bool, err error) {
+	defer k.settle()
 	a, c := e.art, e.conn
 	if a.copyReserve {
 		k.storeBytes -= a.size

@@ -28,6 +28,7 @@ type core struct {
 	subCount                            int
 	retainedBytes                       uint64
 	pubBytes                            []pubBytes // scratch for publish admission
+	overflowed                          []*conn    // control lanes exhausted in this step; see settle
 
 	hasStore     bool
 	artifacts    map[wire.ArtifactID]*artifact
@@ -135,6 +136,7 @@ func (k *core) accept(bound string) (*conn, error) {
 // handle runs one decoded command from c. decErr is the body-level error
 // Decode already found, if any.
 func (k *core) handle(c *conn, env *wire.Envelope, decErr *wire.BusError) {
+	defer k.settle()
 	if c.closing {
 		return
 	}
@@ -240,16 +242,35 @@ func (k *core) pushControl(c *conn, kind wire.EnvKind, op wire.Op, replyTo wire.
 	if c.closing || c.gone {
 		return
 	}
+	if c.overflowed && !last {
+		return // it is being closed; see settle
+	}
 	cost := len(body) + controlOverhead
 	if !last && (len(c.control)-c.ctrlHead+1 > k.limits.MaxControlFrames || uint64(c.controlBytes+cost) > k.limits.MaxControlBytes) {
+		// Closing now would release state the running handler is still
+		// changing (or iterating): mark it, and settle closes it when the
+		// step is done. Nothing more is queued for it meanwhile.
 		k.stats.controlOverflows++
-		k.closeConn(c, wire.ErrBackpressure, "control lane exhausted: the client is not reading")
+		c.overflowed = true
+		k.overflowed = append(k.overflowed, c)
 		return
 	}
 	c.control = append(c.control, outItem{kind: kind, op: op, replyTo: replyTo,
 		body: append([]byte(nil), body...), closeAfter: last})
 	c.controlBytes += cost
 	k.markDirty(c)
+}
+
+// settle closes the connections whose control lane overflowed during the
+// step that just ran. Closing one may overflow another (its notices), so it
+// loops until none is left. Every entry point that can queue control frames
+// ends with it; the shell calls it after every step too.
+func (k *core) settle() {
+	for i := 0; i < len(k.overflowed); i++ {
+		k.closeConn(k.overflowed[i], wire.ErrBackpressure, "control lane exhausted: the client is not reading")
+	}
+	clear(k.overflowed)
+	k.overflowed = k.overflowed[:0]
 }
 
 // controlOverhead approximates an envelope's framing around its body.
@@ -280,6 +301,7 @@ func (k *core) closeConn(c *conn, code wire.ErrorCode, msg string) {
 // connection.closing (ROUTER_LOST), never a call.failed caused by another
 // client's connection being torn down first.
 func (k *core) shutdown() {
+	defer k.settle()
 	k.closeSubscriptions("router-shutdown")
 	var closing []*conn
 	for _, c := range k.conns {

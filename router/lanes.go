@@ -26,9 +26,10 @@ type conn struct {
 	dlvNext   uint64 // next delivery serial; everything below was issued
 	busNext   uint64 // next router envelope serial
 
-	closing bool // no further input is processed; the writer ends after the control lane
-	gone    bool // the transport is finished
-	dirty   bool // queued on core.dirty
+	closing    bool // no further input is processed; the writer ends after the control lane
+	overflowed bool // the control lane overflowed: closed when the step settles
+	gone       bool // the transport is finished
+	dirty      bool // queued on core.dirty
 
 	control      []outItem // control[ctrlHead:] is the lane; the array is reused once it drains
 	ctrlHead     int

@@ -181,6 +181,7 @@ func (r *Router) step(fn func(k *core)) {
 	var effs [4]effect
 	r.mu.Lock()
 	fn(r.core)
+	r.core.settle()
 	effects := r.core.takeEffects(effs[:0])
 	dirty := r.core.takeDirty(wake[:0])
 	shells := make([]*shell, 0, len(dirty))
