@@ -83,6 +83,8 @@ notice route.removed {name:Name, serviceIncarnation:SvcId, reason:Text}
 notice subscription.closed {subscriptionId:SubId, topic:Name, topicIncarnation:TopicId, reason:Text}
 notice connection.closing {code:ErrorCode, message:Text}
 attachments rpc.call rpc.reply publish rpc.request rpc.result topic.message
+errors INVALID_ENVELOPE VERSION_MISMATCH NOT_AUTHORIZED NO_SERVICE TARGET_CHANGED BACKPRESSURE CALL_GONE ARTIFACT_UNSEALED ARTIFACT_GONE OWNER_INVALID QUOTA_EXCEEDED STORE_FAILURE ROUTER_LOST CONFLICT NO_TOPIC ARTIFACT_MISMATCH
+dispatch not-dispatched dispatched unknown
 `
 
 var contractDigest = Digest(sha256.Sum256([]byte(Contract)))

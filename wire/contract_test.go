@@ -93,6 +93,13 @@ func renderContract() string {
 		}
 	}
 	b.WriteString("attachments " + strings.Join(atts, " ") + "\n")
+	// The codes are part of the contract: adding one changes the digest.
+	var codes []string
+	for _, c := range AllErrorCodes() {
+		codes = append(codes, c.String())
+	}
+	b.WriteString("errors " + strings.Join(codes, " ") + "\n")
+	b.WriteString("dispatch " + NotDispatched.String() + " " + Dispatched.String() + " " + DispatchUnknown.String() + "\n")
 	return b.String()
 }
 
