@@ -198,7 +198,9 @@ func (k *core) nextResult(c *conn) (frame, bool) {
 // capability) on this connection.
 func (k *core) nextRequest(c *conn) (frame, bool) {
 	n := len(c.services)
-	if n == 0 || c.owners()+2 > k.limits.MaxOwnersPerClient {
+	// Results already admitted for this client will become deliveries it
+	// owns: they count before a request may take two more.
+	if n == 0 || c.owners()+len(c.results)+2 > k.limits.MaxOwnersPerClient {
 		return frame{}, false
 	}
 	for i := range n {
