@@ -321,6 +321,7 @@ func (k *core) shutdown() {
 
 // drop handles a transport that ended or failed: nothing more can be sent.
 func (k *core) drop(c *conn) {
+	defer k.settle()
 	if c.gone {
 		return
 	}

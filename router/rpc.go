@@ -2,6 +2,7 @@ package router
 
 import (
 	"math"
+	"slices"
 
 	"github.com/flybus/flybus/wire"
 )
@@ -399,7 +400,14 @@ func (k *core) releaseServiceSide(c *conn) {
 			ref.call.svc.inflight--
 		}
 	}
-	for d, cl := range c.caps {
+	// In delivery order, so a caller hears its failures in a stable order.
+	ds := make([]wire.DeliveryID, 0, len(c.caps))
+	for d := range c.caps {
+		ds = append(ds, d)
+	}
+	slices.Sort(ds)
+	for _, d := range ds {
+		cl := c.caps[d]
 		delete(c.caps, d)
 		if cl.state == callDispatched {
 			k.failCall(cl, wire.ErrNoService, wire.Dispatched, "service "+cl.svc.name+" disconnected without replying")

@@ -140,8 +140,10 @@ func (sh *shell) writeLoop() {
 // finish closes the transport and removes the connection.
 func (sh *shell) finish() {
 	sh.nc.Close()
-	sh.r.mu.Lock()
-	sh.r.core.drop(sh.c)
-	delete(sh.r.shells, sh.c)
-	sh.r.mu.Unlock()
+	// Through step: dropping may fail other clients' calls (their writers
+	// must wake, an overflow must settle) and collect artifacts (unlinks).
+	sh.r.step(func(k *core) {
+		k.drop(sh.c)
+		delete(sh.r.shells, sh.c)
+	})
 }
