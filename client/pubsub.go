@@ -114,10 +114,8 @@ type Subscription struct {
 	topic       string
 	incarnation wire.TopicInc
 
+	in     inbox[*Message]
 	mu     sync.Mutex
-	queue  []*Message
-	signal chan struct{}
-	closed bool
 	reason string // why the router ended it, if it did
 	once   sync.Once
 }
@@ -131,7 +129,7 @@ func (c *Client) Subscribe(ctx context.Context, topic string, cfg SubscriptionCo
 	if cfg.mode == 0 {
 		cfg = Latest()
 	}
-	s := &Subscription{c: c, topic: topic, signal: make(chan struct{}, 1)}
+	s := &Subscription{c: c, topic: topic, in: newInbox[*Message]()}
 	var ok wire.SubscribeOK
 	register := func() {
 		s.id, s.incarnation = ok.SubscriptionID, ok.TopicIncarnation
@@ -156,53 +154,13 @@ func (c *Client) Subscribe(ctx context.Context, topic string, cfg SubscriptionCo
 func (s *Subscription) ID() wire.SubID                  { return s.id }
 func (s *Subscription) TopicIncarnation() wire.TopicInc { return s.incarnation }
 
-func (s *Subscription) push(m *Message) bool {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return false
-	}
-	s.queue = append(s.queue, m)
-	s.mu.Unlock()
-	select {
-	case s.signal <- struct{}{}:
-	default:
-	}
-	return true
-}
-
 // TryNext returns a message already received, without waiting.
-func (s *Subscription) TryNext() (*Message, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.queue) == 0 {
-		return nil, false
-	}
-	m := s.queue[0]
-	s.queue[0] = nil
-	s.queue = s.queue[1:]
-	return m, true
-}
+func (s *Subscription) TryNext() (*Message, bool) { return s.in.tryNext() }
 
 // Next waits for the next message. Close every message: that consumes its
 // delivery and returns the subscription's credit.
 func (s *Subscription) Next(ctx context.Context) (*Message, error) {
-	for {
-		if m, ok := s.TryNext(); ok {
-			return m, nil
-		}
-		s.mu.Lock()
-		closed := s.closed
-		s.mu.Unlock()
-		if closed {
-			return nil, ErrSubscriptionClosed
-		}
-		select {
-		case <-s.signal:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
+	return s.in.next(ctx, ErrSubscriptionClosed)
 }
 
 // ClosedReason is the router's reason when it closed the subscription.
@@ -220,20 +178,7 @@ func (s *Subscription) ended(reason string) {
 }
 
 // closeQueue stops delivery; messages nobody took are consumed.
-func (s *Subscription) closeQueue() {
-	s.mu.Lock()
-	s.closed = true
-	q := s.queue
-	s.queue = nil
-	s.mu.Unlock()
-	select {
-	case s.signal <- struct{}{}:
-	default:
-	}
-	for _, m := range q {
-		m.Close()
-	}
-}
+func (s *Subscription) closeQueue() { s.in.close() }
 
 // Close unsubscribes: the router discards the queue. Messages already
 // handed out stay valid until closed. Idempotent.
@@ -292,7 +237,7 @@ func (c *Client) onMessage(w *wire.TopicMessage, arts attachSet) error {
 	c.mu.Lock()
 	s := c.subs[w.SubscriptionID]
 	c.mu.Unlock()
-	if s == nil || !s.push(m) {
+	if s == nil || !s.in.push(m) {
 		m.Close() // unsubscribed: nobody will read it
 	}
 	return nil

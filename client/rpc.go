@@ -56,11 +56,8 @@ type Service struct {
 	name        string
 	incarnation wire.ServiceInc
 
-	mu     sync.Mutex
-	queue  []*Request
-	signal chan struct{} // buffered 1
-	closed bool
-	once   sync.Once
+	in   inbox[*Request]
+	once sync.Once
 }
 
 // Register claims an exclusive service name.
@@ -71,7 +68,7 @@ func (c *Client) Register(ctx context.Context, name string, cfg ServiceConfig) (
 	if cfg.MaxInFlight == 0 {
 		cfg.MaxInFlight = 16
 	}
-	s := &Service{c: c, name: name, signal: make(chan struct{}, 1)}
+	s := &Service{c: c, name: name, in: newInbox[*Request]()}
 	var ok wire.RegisterOK
 	// Deliveries may follow the reply at once: install the service under
 	// its name before sending, and remove it if registration fails.
@@ -107,61 +104,12 @@ func (c *Client) Register(ctx context.Context, name string, cfg ServiceConfig) (
 func (s *Service) Name() string                 { return s.name }
 func (s *Service) Incarnation() wire.ServiceInc { return s.incarnation }
 
-func (s *Service) push(r *Request) bool {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return false
-	}
-	s.queue = append(s.queue, r)
-	s.mu.Unlock()
-	select {
-	case s.signal <- struct{}{}:
-	default:
-	}
-	return true
-}
-
 // Next waits for the next request. It fails with ErrClosed once the
 // service or its client is closed.
-func (s *Service) Next(ctx context.Context) (*Request, error) {
-	for {
-		s.mu.Lock()
-		if len(s.queue) > 0 {
-			r := s.queue[0]
-			s.queue[0] = nil
-			s.queue = s.queue[1:]
-			s.mu.Unlock()
-			return r, nil
-		}
-		closed := s.closed
-		s.mu.Unlock()
-		if closed {
-			return nil, ErrClosed
-		}
-		select {
-		case <-s.signal:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
+func (s *Service) Next(ctx context.Context) (*Request, error) { return s.in.next(ctx, ErrClosed) }
 
 // closeQueue stops delivery and closes requests nobody took.
-func (s *Service) closeQueue() {
-	s.mu.Lock()
-	s.closed = true
-	q := s.queue
-	s.queue = nil
-	s.mu.Unlock()
-	select {
-	case s.signal <- struct{}{}:
-	default:
-	}
-	for _, r := range q {
-		r.Close()
-	}
-}
+func (s *Service) closeQueue() { s.in.close() }
 
 // Close unregisters the service. Requests already handed out stay valid and
 // can still be answered. Idempotent.
@@ -186,7 +134,7 @@ func (c *Client) onRequest(r *wire.Request, arts attachSet) error {
 		CallID: r.CallID, DeliveryID: r.DeliveryID, ServiceIncarnation: r.ServiceIncarnation,
 		g: c.deliveryGuard(r.DeliveryID), arts: arts}
 	req.cap.refs = 1
-	if s == nil || !s.push(req) {
+	if s == nil || !s.in.push(req) {
 		req.Close() // nobody will serve it: consume and give up the reply
 	}
 	return nil

@@ -1,0 +1,89 @@
+package client
+
+import (
+	"context"
+	"sync"
+)
+
+// inbox is an unbounded hand-off queue from the connection's reader, which
+// must never block on user code, to a handle's Next. The router bounds what
+// can arrive (credits), so unbounded here means bounded by the protocol.
+type inbox[T interface{ Close() error }] struct {
+	mu     sync.Mutex
+	queue  []T
+	signal chan struct{} // buffered 1: "something changed"
+	closed bool
+}
+
+func newInbox[T interface{ Close() error }]() inbox[T] {
+	return inbox[T]{signal: make(chan struct{}, 1)}
+}
+
+func (b *inbox[T]) notify() {
+	select {
+	case b.signal <- struct{}{}:
+	default:
+	}
+}
+
+// push queues v; false once the inbox is closed (the caller disposes of v).
+func (b *inbox[T]) push(v T) bool {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return false
+	}
+	b.queue = append(b.queue, v)
+	b.mu.Unlock()
+	b.notify()
+	return true
+}
+
+// tryNext takes the oldest item without waiting.
+func (b *inbox[T]) tryNext() (T, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var zero T
+	if len(b.queue) == 0 {
+		return zero, false
+	}
+	v := b.queue[0]
+	b.queue[0] = zero
+	b.queue = b.queue[1:]
+	return v, true
+}
+
+// next waits for an item; closedErr once the inbox is closed and drained.
+func (b *inbox[T]) next(ctx context.Context, closedErr error) (T, error) {
+	for {
+		if v, ok := b.tryNext(); ok {
+			return v, nil
+		}
+		b.mu.Lock()
+		closed := b.closed
+		b.mu.Unlock()
+		if closed {
+			var zero T
+			return zero, closedErr
+		}
+		select {
+		case <-b.signal:
+		case <-ctx.Done():
+			var zero T
+			return zero, ctx.Err()
+		}
+	}
+}
+
+// close stops delivery and closes every item nobody took.
+func (b *inbox[T]) close() {
+	b.mu.Lock()
+	b.closed = true
+	q := b.queue
+	b.queue = nil
+	b.mu.Unlock()
+	b.notify()
+	for _, v := range q {
+		v.Close()
+	}
+}
