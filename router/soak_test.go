@@ -35,7 +35,7 @@ import (
 // interleaving is still the scheduler's).
 
 var (
-	soakSeconds = flag.Float64("soak", 0, "run the soak test for this many `seconds` (default 5)")
+	soakSeconds = flag.Float64("soak", 0, "run the soak test for this many `seconds` (default 10, as CI runs it; an hour by hand: -soak 3600)")
 	soakSeed    = flag.Uint64("soak.seed", 0, "seed the soak test's random choices (default: from the clock)")
 )
 
@@ -510,7 +510,7 @@ func heapInUse() uint64 {
 }
 
 func TestSoak(t *testing.T) {
-	d := 5 * time.Second
+	d := 10 * time.Second
 	if *soakSeconds > 0 {
 		d = time.Duration(*soakSeconds * float64(time.Second))
 	}
