@@ -319,15 +319,25 @@ func (a *Artifact) openFile(ctx context.Context) (*os.File, error) {
 	return f, err
 }
 
-// View maps the artifact read-only. The view keeps the artifact's owner
-// alive until it is closed, so its bytes cannot outlive their handle.
-func (a *Artifact) View(ctx context.Context) (*ArtifactView, error) {
+// openHeld opens the artifact's file with a reference on its owner taken
+// for the caller; on failure the reference is given back.
+func (a *Artifact) openHeld(ctx context.Context) (*os.File, error) {
 	if !a.g.add() {
 		return nil, ErrClosed
 	}
 	f, err := a.openFile(ctx)
 	if err != nil {
 		a.g.drop()
+		return nil, err
+	}
+	return f, nil
+}
+
+// View maps the artifact read-only. The view keeps the artifact's owner
+// alive until it is closed, so its bytes cannot outlive their handle.
+func (a *Artifact) View(ctx context.Context) (*ArtifactView, error) {
+	f, err := a.openHeld(ctx)
+	if err != nil {
 		return nil, err
 	}
 	m, err := mmap.MapFile(f, int64(a.ref.ByteLength))
@@ -375,12 +385,8 @@ type ArtifactReader struct {
 
 // ReaderAt opens the artifact for positioned reads; close it when done.
 func (a *Artifact) ReaderAt(ctx context.Context) (*ArtifactReader, error) {
-	if !a.g.add() {
-		return nil, ErrClosed
-	}
-	f, err := a.openFile(ctx)
+	f, err := a.openHeld(ctx)
 	if err != nil {
-		a.g.drop()
 		return nil, err
 	}
 	return &ArtifactReader{f: f, size: int64(a.ref.ByteLength), g: a.g}, nil

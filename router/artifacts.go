@@ -177,7 +177,7 @@ func (k *core) opAllocate(c *conn, env *wire.Envelope) *wire.BusError {
 	if k.storeBytes+b.ByteLength > k.limits.MaxStoreBytes {
 		return wire.NewError(wire.ErrQuotaExceeded, 0, "the store is full (maxStoreBytes)")
 	}
-	if c.owners()+len(c.results)+1 > k.limits.MaxOwnersPerClient-k.limits.ReservedOwnersPerClient {
+	if !c.hasRoom(1, k.limits.MaxOwnersPerClient-k.limits.ReservedOwnersPerClient) {
 		return wire.NewError(wire.ErrQuotaExceeded, 0, "the client holds its maxOwnersPerClient budget")
 	}
 	k.nextArtifact++
@@ -354,7 +354,7 @@ func (k *core) opRetain(c *conn, env *wire.Envelope) *wire.BusError {
 	if err != nil {
 		return err
 	}
-	if c.owners()+len(c.results)+1 > k.limits.MaxOwnersPerClient-k.limits.ReservedOwnersPerClient {
+	if !c.hasRoom(1, k.limits.MaxOwnersPerClient-k.limits.ReservedOwnersPerClient) {
 		return wire.NewError(wire.ErrQuotaExceeded, 0, "the client holds its maxOwnersPerClient budget")
 	}
 	h := k.newHold(c, a, false)

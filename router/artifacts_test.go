@@ -448,19 +448,7 @@ func TestSealWithLiveWriterFallsBackToCopy(t *testing.T) {
 			t.Fatalf("seal path: %+v", s)
 		}
 		f.WriteAt(bytes.Repeat([]byte{0xff}, 8192), 0) // too late: an orphaned inode
-		r.command(wire.OpArtifactOpen, &wire.RefOwner{Ref: sealed.Ref, OwnerID: sealed.OwnerID})
-		var op wire.OpenOK
-		if be := r.reply(&op); be != nil {
-			t.Fatal(be)
-		}
-		rf, err := store.OpenRead(h.root, op.ReadLocation.StoreID.String(), op.ReadLocation.RelativePath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := make([]byte, 8192)
-		rf.ReadAt(got, 0)
-		rf.Close()
-		if !bytes.Equal(got, data) {
+		if !bytes.Equal(readSealed(t, h, r, sealed), data) {
 			t.Fatal("sealed bytes changed through the kept descriptor")
 		}
 		// Publication of an unsealed artifact fails.

@@ -78,6 +78,14 @@ func newConn(id wire.ConnID, bound string) *conn {
 // maxOwnersPerClient.
 func (c *conn) owners() int { return len(c.dlvs) + len(c.caps) + len(c.holds) }
 
+// hasRoom reports whether the connection can take n more owners within
+// limit. Results admitted for it but not yet written count: each becomes
+// a delivery it owns.
+func (c *conn) hasRoom(n, limit int) bool { return c.owners()+len(c.results)+n <= limit }
+
+// issued reports whether delivery id d was ever handed to this connection.
+func (c *conn) issued(d wire.DeliveryID) bool { return d != 0 && uint64(d) < c.dlvNext }
+
 // frame is one envelope ready to encode outside the lock. Everything it
 // references is immutable once pulled.
 type frame struct {
@@ -198,9 +206,7 @@ func (k *core) nextResult(c *conn) (frame, bool) {
 // capability) on this connection.
 func (k *core) nextRequest(c *conn) (frame, bool) {
 	n := len(c.services)
-	// Results already admitted for this client will become deliveries it
-	// owns: they count before a request may take two more.
-	if n == 0 || c.owners()+len(c.results)+2 > k.limits.MaxOwnersPerClient {
+	if n == 0 || !c.hasRoom(2, k.limits.MaxOwnersPerClient) {
 		return frame{}, false
 	}
 	for i := range n {

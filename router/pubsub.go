@@ -349,7 +349,7 @@ func (k *core) enqueue(s *subscription, m *topicMsg) bool {
 // budget left after the reserve for RPC. Over budget, messages wait.
 func (k *core) nextTopicMessage(c *conn) (frame, bool) {
 	n := len(c.subs)
-	if n == 0 || c.owners()+len(c.results)+1 > k.limits.MaxOwnersPerClient-k.limits.ReservedOwnersPerClient {
+	if n == 0 || !c.hasRoom(1, k.limits.MaxOwnersPerClient-k.limits.ReservedOwnersPerClient) {
 		return frame{}, false
 	}
 	for i := range n {

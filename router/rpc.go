@@ -226,7 +226,7 @@ func (k *core) opReply(c *conn, env *wire.Envelope) *wire.BusError {
 	if err := env.DecodeBody(b); err != nil {
 		return err.(*wire.BusError)
 	}
-	if b.RequestDeliveryID == 0 || uint64(b.RequestDeliveryID) >= c.dlvNext {
+	if !c.issued(b.RequestDeliveryID) {
 		return wire.NewError(wire.ErrOwnerInvalid, 0, "request delivery %s was never issued here", b.RequestDeliveryID)
 	}
 	cl := c.caps[b.RequestDeliveryID]
@@ -249,9 +249,7 @@ func (k *core) opReply(c *conn, env *wire.Envelope) *wire.BusError {
 	if n := deliverySize(&k.buf, wire.OpRPCResult, &res, env.Attachments); n > wire.MaxEnvelopeBytes {
 		return wire.NewError(wire.ErrInvalidEnvelope, 0, "the result delivery would be %d bytes, over 65536", n)
 	}
-	// Results admitted but not yet written count too: each becomes a
-	// delivery the caller owns.
-	if caller.owners()+len(caller.results)+1 > k.limits.MaxOwnersPerClient {
+	if !caller.hasRoom(1, k.limits.MaxOwnersPerClient) {
 		return wire.NewError(wire.ErrQuotaExceeded, 0, "the caller holds maxOwnersPerClient owners")
 	}
 	delete(c.caps, b.RequestDeliveryID)
@@ -300,7 +298,7 @@ func (k *core) opResponderRelease(c *conn, env *wire.Envelope) *wire.BusError {
 	if err := env.DecodeBody(b); err != nil {
 		return err.(*wire.BusError)
 	}
-	if b.RequestDeliveryID == 0 || uint64(b.RequestDeliveryID) >= c.dlvNext {
+	if !c.issued(b.RequestDeliveryID) {
 		return wire.NewError(wire.ErrOwnerInvalid, 0, "request delivery %s was never issued here", b.RequestDeliveryID)
 	}
 	cl := c.caps[b.RequestDeliveryID]
@@ -333,7 +331,7 @@ func (k *core) opConsumed(c *conn, env *wire.Envelope) *wire.BusError {
 		return err.(*wire.BusError)
 	}
 	for _, d := range b.DeliveryIDs {
-		if d == 0 || uint64(d) >= c.dlvNext {
+		if !c.issued(d) {
 			return wire.NewError(wire.ErrOwnerInvalid, 0, "delivery %s was never issued here", d)
 		}
 	}
