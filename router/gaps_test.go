@@ -364,6 +364,7 @@ func TestGapLocalClonesSendNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		a.Close()
+		barrier(t, prod) // the producer's release is processed before the count is read
 		m, err := s.Next(ctx)
 		if err != nil {
 			t.Fatal(err)
