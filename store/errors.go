@@ -20,6 +20,11 @@ var (
 	ErrNotRegular = errors.New("not a regular file")
 	// ErrClosed means the Store was closed.
 	ErrClosed = errors.New("store closed")
+	// ErrUnsafeRoot means the store root (or a directory above it) could
+	// let another user replace or read the store: a symlink, a group- or
+	// world-writable mode, a world-writable parent without the sticky bit,
+	// or another owner. The detail names the path and the problem.
+	ErrUnsafeRoot = errors.New("unsafe store root")
 )
 
 // Error reports a failed store operation. Err is one of the fixed causes
