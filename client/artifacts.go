@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/flybus/flybus/mmap"
 	"github.com/flybus/flybus/store"
@@ -65,8 +67,10 @@ type Artifacts struct{ c *Client }
 // Artifacts returns the artifact API of this connection.
 func (c *Client) Artifacts() Artifacts { return Artifacts{c} }
 
-// ErrNoStoreRoot is returned when Config.StoreRoot was not set.
-var ErrNoStoreRoot = errors.New("flybus: client has no StoreRoot for artifact files")
+// ErrNoStoreRoot is returned for artifact work on a client that does not
+// know the router's store root.
+var ErrNoStoreRoot = errors.New("flybus: artifacts need Config.StoreRoot, the directory the router keeps its store under " +
+	"(flybus serve --store DIR; a client connected in memory learns it from its router)")
 
 // Allocate reserves a staging file of exactly n bytes (unwritten bytes
 // read as zeros) and returns its unique writer.
@@ -91,12 +95,30 @@ func (a Artifacts) Allocate(ctx context.Context, n int64, contentType string) (*
 	f, err := store.OpenWrite(c.cfg.StoreRoot, ok.WriteLocation.StoreID.String(), ok.WriteLocation.RelativePath)
 	if err != nil {
 		c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{ok.OwnerID}})
-		if lost := c.Err(); lost != nil {
-			return nil, lostError(lost) // the router went away with its store
-		}
-		return nil, err
+		return nil, c.locationError(ok.WriteLocation, err)
 	}
-	return &ArtifactWriter{c: c, id: ok.ArtifactID, owner: ok.OwnerID, size: n, contentType: contentType, f: f}, nil
+	st := &writerState{f: f}
+	w := &ArtifactWriter{c: c, id: ok.ArtifactID, owner: ok.OwnerID, size: n, contentType: contentType, st: st}
+	owner := ok.OwnerID
+	w.cleanup = watch(c, w, "ArtifactWriter", func() {
+		if st.finish() == nil {
+			c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{owner}})
+		}
+	})
+	return w, nil
+}
+
+// locationError explains a location the client could not open: the router
+// went away with its store, or the client looks under the wrong root.
+func (c *Client) locationError(loc wire.Location, err error) error {
+	if lost := c.Err(); lost != nil {
+		return lostError(lost)
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("flybus: artifact file %s/%s is not under StoreRoot %q: is StoreRoot the router's store root "+
+			"(its --store directory)? %w", loc.StoreID, loc.RelativePath, c.cfg.StoreRoot, err)
+	}
+	return err
 }
 
 // ArtifactWriter fills one staging file. It is unique: Seal ends its
@@ -108,16 +130,28 @@ type ArtifactWriter struct {
 	owner       wire.OwnerID
 	size        int64
 	contentType string
-
-	mu   sync.Mutex
-	f    *os.File
-	m    *mmap.Writable
-	off  int64
-	done bool
+	st          *writerState
+	cleanup     runtime.Cleanup
 }
 
-// ErrWriterDone is returned by a writer after Seal or Close.
-var ErrWriterDone = errors.New("flybus: artifact writer already sealed or closed")
+// writerState is what a writer holds open, apart from the writer so that
+// its safety net can close it.
+type writerState struct {
+	mu     sync.Mutex
+	f      *os.File
+	m      *mmap.Writable
+	off    int64
+	done   bool
+	sealed bool
+}
+
+// doneErr says how the writer ended. Called with mu held.
+func (st *writerState) doneErr() error {
+	if st.sealed {
+		return &handleError{msg: "flybus: this artifact writer was already sealed", kinds: []error{ErrWriterDone}}
+	}
+	return closedHandle("artifact writer", ErrWriterDone)
+}
 
 // Size is the allocated length.
 func (w *ArtifactWriter) Size() int64 { return w.size }
@@ -125,23 +159,25 @@ func (w *ArtifactWriter) Size() int64 { return w.size }
 // Write appends at the writer's offset; writing past the allocated length
 // fails with io.ErrShortWrite after writing what fits.
 func (w *ArtifactWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n, err := w.writeAt(p, w.off)
-	w.off += int64(n)
+	st := w.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	n, err := w.writeAt(p, st.off)
+	st.off += int64(n)
 	return n, err
 }
 
 // WriteAt writes at off, within the allocated length.
 func (w *ArtifactWriter) WriteAt(p []byte, off int64) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.st.mu.Lock()
+	defer w.st.mu.Unlock()
 	return w.writeAt(p, off)
 }
 
+// writeAt is called with st.mu held.
 func (w *ArtifactWriter) writeAt(p []byte, off int64) (int, error) {
-	if w.done {
-		return 0, ErrWriterDone
+	if w.st.done {
+		return 0, w.st.doneErr()
 	}
 	if off < 0 || off > w.size {
 		return 0, fmt.Errorf("flybus: write at %d outside the artifact's %d bytes", off, w.size)
@@ -150,7 +186,7 @@ func (w *ArtifactWriter) writeAt(p []byte, off int64) (int, error) {
 	if int64(len(p)) > w.size-off {
 		p, short = p[:w.size-off], true
 	}
-	n, err := w.f.WriteAt(p, off)
+	n, err := w.st.f.WriteAt(p, off)
 	if err == nil && short {
 		err = io.ErrShortWrite
 	}
@@ -161,36 +197,40 @@ func (w *ArtifactWriter) writeAt(p []byte, off int64) (int, error) {
 // Seal or Close. Measured slower than Write on 4 KiB pages; use it to render
 // in place.
 func (w *ArtifactWriter) Bytes() ([]byte, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.done {
-		return nil, ErrWriterDone
+	st := w.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.done {
+		return nil, st.doneErr()
 	}
-	if w.m == nil {
-		m, err := mmap.MapWritable(w.f, w.size)
+	if st.m == nil {
+		m, err := mmap.MapWritable(st.f, w.size)
 		if err != nil {
 			return nil, err
 		}
-		w.m = m
+		st.m = m
 	}
-	return w.m.Bytes(), nil
+	return st.m.Bytes(), nil
 }
 
 // finish closes the mapping and the descriptor, so that the router's seal
-// can prove no writer remains and move no bytes.
-func (w *ArtifactWriter) finish() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.done {
-		return ErrWriterDone
+// can prove no writer remains and move no bytes. sealing marks how the
+// writer ended, for the errors of later use.
+func (st *writerState) finish() error { return st.end(false) }
+
+func (st *writerState) end(sealing bool) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.done {
+		return st.doneErr()
 	}
-	w.done = true
+	st.done, st.sealed = true, sealing
 	var errs []error
-	if w.m != nil {
-		errs = append(errs, w.m.Close())
-		w.m = nil
+	if st.m != nil {
+		errs = append(errs, st.m.Close())
+		st.m = nil
 	}
-	errs = append(errs, w.f.Close())
+	errs = append(errs, st.f.Close())
 	return errors.Join(errs...)
 }
 
@@ -211,9 +251,10 @@ func (w *ArtifactWriter) SealWithDigest(ctx context.Context, hexDigest string) (
 }
 
 func (w *ArtifactWriter) seal(ctx context.Context, digest wire.Opt[wire.Digest]) (*Artifact, error) {
-	if err := w.finish(); err != nil {
+	if err := w.st.end(true); err != nil {
 		return nil, err
 	}
+	w.cleanup.Stop() // the seal settles the writer's id, whatever its outcome
 	c := w.c
 	var ok wire.SealOK
 	err := c.roundTrip(ctx, wire.OpArtifactSeal, &wire.Seal{ArtifactID: w.id, Generation: 1, OwnerID: w.owner, Digest: digest}, &ok,
@@ -238,15 +279,16 @@ func (w *ArtifactWriter) seal(ctx context.Context, digest wire.Opt[wire.Digest])
 		c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{w.owner}})
 		return nil, err
 	}
-	return &Artifact{c: c, ref: ok.Ref, g: c.holdGuard(ok.OwnerID)}, nil
+	return c.newArtifact(ok.Ref, c.holdGuard(ok.OwnerID)), nil
 }
 
 // Close abandons an unsealed writer: the staging file is collected.
 // Idempotent; a no-op after Seal.
 func (w *ArtifactWriter) Close() error {
-	if err := w.finish(); err != nil {
+	if err := w.st.finish(); err != nil {
 		return nil
 	}
+	w.cleanup.Stop()
 	w.c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{w.owner}})
 	return nil
 }
@@ -255,10 +297,19 @@ func (w *ArtifactWriter) Close() error {
 // owner on the router: an explicit hold, or the delivery it arrived with.
 // Clone shares that owner; the last handle closed releases it.
 type Artifact struct {
-	c    *Client
-	ref  wire.ArtifactRef
-	g    *guard
-	once sync.Once
+	c       *Client
+	ref     wire.ArtifactRef
+	g       *guard
+	closed  atomic.Bool
+	cleanup runtime.Cleanup
+}
+
+// newArtifact makes a handle holding one reference on g (taken by the
+// caller).
+func (c *Client) newArtifact(ref wire.ArtifactRef, g *guard) *Artifact {
+	a := &Artifact{c: c, ref: ref, g: g}
+	a.cleanup = watch(c, a, "Artifact", g.drop)
+	return a
 }
 
 // Ref is the artifact's identity.
@@ -267,27 +318,39 @@ func (a *Artifact) Ref() wire.ArtifactRef { return a.ref }
 // OwnerID is the owner this handle uses on the router.
 func (a *Artifact) OwnerID() wire.OwnerID { return a.g.owner }
 
+// take adds a reference on the artifact's owner for work this handle
+// starts; it fails once this handle is closed.
+func (a *Artifact) take() error {
+	if a.closed.Load() || !a.g.add() {
+		return closedHandle("artifact")
+	}
+	return nil
+}
+
 // Clone returns another handle on the same owner.
 func (a *Artifact) Clone() (*Artifact, error) {
-	if !a.g.add() {
-		return nil, ErrClosed
+	if err := a.take(); err != nil {
+		return nil, err
 	}
-	return &Artifact{c: a.c, ref: a.ref, g: a.g}, nil
+	return a.c.newArtifact(a.ref, a.g), nil
 }
 
 // Close releases this handle. Idempotent.
 func (a *Artifact) Close() error {
-	a.once.Do(a.g.drop)
+	if !a.closed.Swap(true) {
+		a.cleanup.Stop()
+		a.g.drop()
+	}
 	return nil
 }
 
 // Retain creates an independent explicit hold, which outlives this handle
-// and the message it came from.
+// and the message it came from. Retain before closing the handle.
 func (a *Artifact) Retain(ctx context.Context) (*Artifact, error) {
 	var ok wire.RetainOK
 	c := a.c
-	if !a.g.add() {
-		return nil, ErrClosed
+	if err := a.take(); err != nil {
+		return nil, err
 	}
 	defer a.g.drop()
 	err := c.roundTrip(ctx, wire.OpArtifactRetain, &wire.RefOwner{Ref: a.ref, OwnerID: a.g.owner}, &ok, func(err error) {
@@ -298,7 +361,7 @@ func (a *Artifact) Retain(ctx context.Context) (*Artifact, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Artifact{c: c, ref: a.ref, g: c.holdGuard(ok.OwnerID)}, nil
+	return c.newArtifact(a.ref, c.holdGuard(ok.OwnerID)), nil
 }
 
 // openFile resolves a read location through artifact.open and opens it.
@@ -312,18 +375,16 @@ func (a *Artifact) openFile(ctx context.Context) (*os.File, error) {
 	}
 	f, err := store.OpenRead(a.c.cfg.StoreRoot, ok.ReadLocation.StoreID.String(), ok.ReadLocation.RelativePath)
 	if err != nil {
-		if lost := a.c.Err(); lost != nil {
-			return nil, lostError(lost) // the router went away with its store
-		}
+		return nil, a.c.locationError(ok.ReadLocation, err)
 	}
-	return f, err
+	return f, nil
 }
 
 // openHeld opens the artifact's file with a reference on its owner taken
 // for the caller; on failure the reference is given back.
 func (a *Artifact) openHeld(ctx context.Context) (*os.File, error) {
-	if !a.g.add() {
-		return nil, ErrClosed
+	if err := a.take(); err != nil {
+		return nil, err
 	}
 	f, err := a.openFile(ctx)
 	if err != nil {
@@ -352,35 +413,42 @@ func (a *Artifact) View(ctx context.Context) (*ArtifactView, error) {
 		a.g.drop()
 		return nil, err
 	}
-	return &ArtifactView{m: m, g: a.g}, nil
+	v := &ArtifactView{m: m, g: a.g}
+	g := a.g
+	v.cleanup = watch(a.c, v, "ArtifactView", func() { m.Close(); g.drop() })
+	return v, nil
 }
 
 // ArtifactView is a read-only mapping of an artifact.
 type ArtifactView struct {
-	m    *mmap.View
-	g    *guard
-	once sync.Once
+	m       *mmap.View
+	g       *guard
+	closed  atomic.Bool
+	cleanup runtime.Cleanup
 }
 
 // Bytes is the artifact's content, valid until Close. Never write to it.
+// After Close it is nil.
 func (v *ArtifactView) Bytes() []byte { return v.m.Bytes() }
 
 // Close unmaps and releases the view's hold on the artifact's owner.
 func (v *ArtifactView) Close() error {
-	var err error
-	v.once.Do(func() {
-		err = v.m.Close()
-		v.g.drop()
-	})
+	if v.closed.Swap(true) {
+		return nil
+	}
+	v.cleanup.Stop()
+	err := v.m.Close()
+	v.g.drop()
 	return err
 }
 
 // ArtifactReader reads an artifact through a descriptor (io.ReaderAt).
 type ArtifactReader struct {
-	f    *os.File
-	size int64
-	g    *guard
-	once sync.Once
+	f       *os.File
+	size    int64
+	g       *guard
+	closed  atomic.Bool
+	cleanup runtime.Cleanup
 }
 
 // ReaderAt opens the artifact for positioned reads; close it when done.
@@ -389,22 +457,31 @@ func (a *Artifact) ReaderAt(ctx context.Context) (*ArtifactReader, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ArtifactReader{f: f, size: int64(a.ref.ByteLength), g: a.g}, nil
+	r := &ArtifactReader{f: f, size: int64(a.ref.ByteLength), g: a.g}
+	g := a.g
+	r.cleanup = watch(a.c, r, "ArtifactReader", func() { f.Close(); g.drop() })
+	return r, nil
 }
 
 // ReadAt implements io.ReaderAt.
-func (r *ArtifactReader) ReadAt(p []byte, off int64) (int, error) { return r.f.ReadAt(p, off) }
+func (r *ArtifactReader) ReadAt(p []byte, off int64) (int, error) {
+	if r.closed.Load() {
+		return 0, closedHandle("artifact reader")
+	}
+	return r.f.ReadAt(p, off)
+}
 
 // Size is the artifact's length.
 func (r *ArtifactReader) Size() int64 { return r.size }
 
 // Close closes the descriptor and releases the reader's hold.
 func (r *ArtifactReader) Close() error {
-	var err error
-	r.once.Do(func() {
-		err = r.f.Close()
-		r.g.drop()
-	})
+	if r.closed.Swap(true) {
+		return nil
+	}
+	r.cleanup.Stop()
+	err := r.f.Close()
+	r.g.drop()
 	return err
 }
 
@@ -443,9 +520,13 @@ func wireAttachments(atts []Attachment) ([]wire.Attachment, func(), error) {
 		}
 	}
 	for _, a := range atts {
-		if a.Artifact == nil || !a.Artifact.g.add() {
+		if a.Artifact == nil {
 			undo()
-			return nil, nil, fmt.Errorf("flybus: attachment %q has no live artifact", a.Name)
+			return nil, nil, fmt.Errorf("flybus: attachment %q has no artifact", a.Name)
+		}
+		if err := a.Artifact.take(); err != nil {
+			undo()
+			return nil, nil, fmt.Errorf("flybus: attachment %q: %w", a.Name, err)
 		}
 		held = append(held, a.Artifact.g)
 		out = append(out, wire.Attachment{Name: a.Name, Ref: a.Artifact.ref, OwnerID: a.Artifact.g.owner})
@@ -488,17 +569,46 @@ func deliveryArtifacts(d wire.DeliveryID, atts []wire.Attachment) (attachSet, er
 	return append(attachSet(nil), atts...), nil
 }
 
-// ErrNoAttachment is returned for a name the message does not carry.
-var ErrNoAttachment = errors.New("flybus: no attachment by that name")
-
-// artifactFrom extracts a named artifact sharing a delivery's guard.
-func (c *Client) artifactFrom(g *guard, refs attachSet, name string) (*Artifact, error) {
+// artifactFrom extracts a named artifact sharing a delivery's guard, for
+// the handle d (what names it in errors), refused once d is closed.
+func (c *Client) artifactFrom(d *delivered, refs attachSet, name string) (*Artifact, error) {
+	if err := d.live(); err != nil {
+		return nil, err
+	}
 	ref, ok := refs.ref(name)
 	if !ok {
-		return nil, ErrNoAttachment
+		return nil, fmt.Errorf("%w: %q (it carries %q)", ErrNoAttachment, name, refs.names())
 	}
-	if !g.add() {
-		return nil, ErrClosed
+	if !d.g.add() {
+		return nil, closedHandle(d.what)
 	}
-	return &Artifact{c: c, ref: ref, g: g}, nil
+	return c.newArtifact(ref, d.g), nil
+}
+
+// delivered is the share of a delivery held by the message, request or
+// result it arrived as: closed once, released by the safety net if the
+// program forgets.
+type delivered struct {
+	what    string // "message", "request", "result"
+	g       *guard
+	closed  atomic.Bool
+	cleanup runtime.Cleanup
+}
+
+// live reports an error once the handle is closed.
+func (d *delivered) live() error {
+	if d.closed.Load() {
+		return closedHandle(d.what)
+	}
+	return nil
+}
+
+// close drops the share once; false if it was already closed.
+func (d *delivered) close() bool {
+	if d.closed.Swap(true) {
+		return false
+	}
+	d.cleanup.Stop()
+	d.g.drop()
+	return true
 }

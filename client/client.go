@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -19,11 +20,17 @@ type Config struct {
 	ClientID string
 	// ClientIncarnation is generated when empty; a reconnect needs a new one.
 	ClientIncarnation string
-	// StoreRoot is the router's store root, for artifact locations.
+	// StoreRoot is the router's store root (flybus serve --store DIR), under
+	// which artifact locations are opened. A connection made by a router's
+	// ConnectInMemory supplies it when this is empty; over a Unix socket it
+	// must be set for artifact work.
 	StoreRoot string
 	// ControlLaneCapacity bounds queued consumes, releases and cancels
 	// [4096]; overflowing it closes the connection rather than drop one.
 	ControlLaneCapacity int
+	// Logger receives the client's warnings, such as a handle collected
+	// without Close [slog.Default()].
+	Logger *slog.Logger
 }
 
 // Info describes the negotiated session.
@@ -61,6 +68,7 @@ type Client struct {
 	calls       map[wire.CallID]*PendingCall
 	subs        map[wire.SubID]*Subscription
 	closing     bool   // Close called: drain, then close
+	wclosed     bool   // the write side is shut: nothing more is sent
 	lost        error  // set once the connection is gone
 	lastBus     uint64 // strictly increasing router envelope ids
 	anyBus      bool
@@ -69,6 +77,7 @@ type Client struct {
 
 	discards      map[wire.Op]wire.Body // the reader's targets for unawaited replies
 	controlErrors atomic.Uint64
+	leaks         atomic.Uint64
 	wg            sync.WaitGroup
 	closed        chan struct{} // closed once lost is set
 }
@@ -95,12 +104,19 @@ type waiter struct {
 	then func()
 }
 
-// ErrClosed is returned after Close.
-var ErrClosed = errors.New("flybus: client closed")
-
 // Connect performs bus.hello over nc and starts the client's reader and
 // writer. The client refuses a router whose contract digest differs.
 func Connect(ctx context.Context, nc net.Conn, cfg Config) (*Client, error) {
+	if nc == nil {
+		return nil, errors.New("flybus: Connect was given a nil connection: check the error of the call that made it " +
+			"(router.ConnectInMemory needs an open policy; use ConnectInMemoryAs under a closed one)")
+	}
+	if cfg.StoreRoot == "" {
+		// An in-memory connection from a router says where its store is.
+		if sr, ok := nc.(interface{ StoreRoot() string }); ok {
+			cfg.StoreRoot = sr.StoreRoot()
+		}
+	}
 	if !wire.ValidID(cfg.ClientID) {
 		nc.Close()
 		return nil, fmt.Errorf("flybus: invalid client id %q", cfg.ClientID)
@@ -116,6 +132,9 @@ func Connect(ctx context.Context, nc net.Conn, cfg Config) (*Client, error) {
 	}
 	if cfg.ControlLaneCapacity <= 0 {
 		cfg.ControlLaneCapacity = 4096
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
 	}
 	c := &Client{cfg: cfg, nc: nc, waiters: map[uint64]*waiter{}, services: map[string]*Service{},
 		calls: map[wire.CallID]*PendingCall{}, subs: map[wire.SubID]*Subscription{}, kick: make(chan struct{}, 1),
@@ -174,10 +193,24 @@ func (c *Client) ControlErrors() uint64 { return c.controlErrors.Load() }
 // Done is closed when the connection has ended.
 func (c *Client) Done() <-chan struct{} { return c.closed }
 
-// Close flushes queued consumes and releases, closes the connection and
-// waits for the reader and writer to stop. Handles become inert; the router
-// releases everything this connection owned. Idempotent.
+// closeTimeout bounds Close's wait for the router to let go.
+const closeTimeout = 5 * time.Second
+
+// Close flushes queued consumes and releases, waits for the replies to
+// every command already sent, shuts the connection's write side and waits
+// until the router has closed its side too: by then it has released
+// everything this connection owned and the client id can be used again at
+// once. Operations afterwards fail with ErrClosed. It gives up after 5 s
+// (see CloseContext). Idempotent.
 func (c *Client) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	return c.CloseContext(ctx)
+}
+
+// CloseContext is Close with a bound: when ctx ends first, the connection
+// is closed at once and an error says the router may not have let go yet.
+func (c *Client) CloseContext(ctx context.Context) error {
 	c.mu.Lock()
 	if c.lost == nil {
 		c.closing = true
@@ -186,20 +219,40 @@ func (c *Client) Close() error {
 	c.wakeWriter()
 	select {
 	case <-c.done:
-	case <-time.After(5 * time.Second):
+		return nil
+	case <-ctx.Done():
 		c.fail(ErrClosed)
 		<-c.done
+		return fmt.Errorf("flybus: closed without waiting for the router to let go: %w", ctx.Err())
 	}
-	return nil
+}
+
+// shutWrite ends the orderly close: the write side is shut, and the reader
+// ends when the router, having dropped this connection, closes its side.
+// A transport without half-close is closed outright.
+func (c *Client) shutWrite() {
+	c.wmu.Lock() // no write may be in progress
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	c.wclosed = true
+	c.mu.Unlock()
+	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+		return
+	}
+	c.fail(ErrClosed)
 }
 
 // fail ends the connection with err: pending commands and calls fail with
-// ROUTER_LOST (dispatch unknown) unless err is already a bus error.
+// ErrClosed when the program closed the client, otherwise with ROUTER_LOST
+// (dispatch unknown) unless err is already one.
 func (c *Client) fail(err error) {
 	c.mu.Lock()
 	if c.lost != nil {
 		c.mu.Unlock()
 		return
+	}
+	if c.closing {
+		err = ErrClosed // whatever ended the connection, the program asked for it
 	}
 	c.lost = err
 	waiters := c.waiters
@@ -231,21 +284,18 @@ func (c *Client) fail(err error) {
 		p.finish(nil, lostErr)
 	}
 	for _, s := range services {
-		s.closeQueue()
+		s.closeQueue(lostErr)
 	}
+	subErr := &handleError{msg: "flybus: subscription closed: " + lostErr.Error(),
+		kinds: []error{ErrSubscriptionClosed}, cause: lostErr}
 	for _, s := range subs {
-		s.closeQueue()
+		s.closeQueue(subErr)
 	}
 }
 
-func lostError(err error) error {
-	var be *wire.BusError
-	if errors.As(err, &be) && be.Code == wire.ErrRouterLost {
-		return be
-	}
-	return &wire.BusError{Code: wire.ErrRouterLost, Dispatch: wire.DispatchUnknown,
-		Message: "connection lost: " + err.Error()}
-}
+// errControlOverflow ends a connection whose control lane is full: a
+// consume or release is never dropped, so the connection goes instead.
+var errControlOverflow = errors.New("the client's control lane overflowed (more than ControlLaneCapacity consumes and releases queued)")
 
 func (c *Client) wakeWriter() {
 	select {
@@ -306,7 +356,7 @@ func (c *Client) enqueue(op wire.Op, body wire.Body, w *waiter, control bool) er
 func (c *Client) enqueueWith(op wire.Op, body wire.Body, atts []wire.Attachment, w *waiter, control bool, prepare func()) error {
 	it := &sendItem{op: op, body: body, atts: atts, w: w}
 	c.mu.Lock()
-	if c.lost != nil || c.closing && !control {
+	if c.lost != nil || c.wclosed || c.closing && !control {
 		err := c.lost
 		c.mu.Unlock()
 		if err == nil {
@@ -317,8 +367,8 @@ func (c *Client) enqueueWith(op wire.Op, body wire.Body, atts []wire.Attachment,
 	if control {
 		if len(c.control)+len(c.consumes) >= c.cfg.ControlLaneCapacity {
 			c.mu.Unlock()
-			c.fail(errors.New("client control lane overflow"))
-			return ErrClosed
+			c.fail(errControlOverflow)
+			return lostError(errControlOverflow)
 		}
 		c.control = append(c.control, it)
 		c.mu.Unlock()
@@ -336,9 +386,9 @@ func (c *Client) enqueueWith(op wire.Op, body wire.Body, atts []wire.Attachment,
 // consume queues delivery.consumed for d, batched by the writer.
 func (c *Client) consume(d wire.DeliveryID) {
 	c.mu.Lock()
-	if c.lost != nil {
+	if c.lost != nil || c.wclosed {
 		c.mu.Unlock()
-		return
+		return // the router releases the delivery with the connection
 	}
 	overflow := len(c.control)+len(c.consumes) >= c.cfg.ControlLaneCapacity
 	if !overflow {
@@ -346,7 +396,7 @@ func (c *Client) consume(d wire.DeliveryID) {
 	}
 	c.mu.Unlock()
 	if overflow {
-		c.fail(errors.New("client control lane overflow"))
+		c.fail(errControlOverflow)
 		return
 	}
 	c.wakeWriter()
@@ -376,7 +426,7 @@ func (c *Client) writeLoop() {
 		closing := c.lost == nil && c.closing && !c.pendingLocked() && len(c.waiters) == 0
 		c.mu.Unlock()
 		if closing {
-			c.fail(ErrClosed)
+			c.shutWrite()
 			return
 		}
 	}
@@ -425,6 +475,9 @@ func (c *Client) takeFrames(buf []byte) ([]byte, error) {
 	defer c.mu.Unlock()
 	if c.lost != nil {
 		return buf, c.lost
+	}
+	if c.wclosed {
+		return buf, nil
 	}
 	for i := 0; i < len(c.consumes); i += wire.MaxBatch {
 		c.consumed.DeliveryIDs = c.consumes[i:min(i+wire.MaxBatch, len(c.consumes))]

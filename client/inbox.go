@@ -13,6 +13,7 @@ type inbox[T interface{ Close() error }] struct {
 	queue  []T
 	signal chan struct{} // buffered 1: "something changed"
 	closed bool
+	err    error // why it closed: what next returns once drained
 }
 
 func newInbox[T interface{ Close() error }]() inbox[T] {
@@ -53,18 +54,19 @@ func (b *inbox[T]) tryNext() (T, bool) {
 	return v, true
 }
 
-// next waits for an item; closedErr once the inbox is closed and drained.
-func (b *inbox[T]) next(ctx context.Context, closedErr error) (T, error) {
+// next waits for an item; once the inbox is closed and drained it returns
+// the error it was closed with.
+func (b *inbox[T]) next(ctx context.Context) (T, error) {
 	for {
 		if v, ok := b.tryNext(); ok {
 			return v, nil
 		}
 		b.mu.Lock()
-		closed := b.closed
+		closed, err := b.closed, b.err
 		b.mu.Unlock()
 		if closed {
 			var zero T
-			return zero, closedErr
+			return zero, err
 		}
 		select {
 		case <-b.signal:
@@ -75,10 +77,13 @@ func (b *inbox[T]) next(ctx context.Context, closedErr error) (T, error) {
 	}
 }
 
-// close stops delivery and closes every item nobody took.
-func (b *inbox[T]) close() {
+// close stops delivery and closes every item nobody took; the first close
+// decides the error next returns.
+func (b *inbox[T]) close(err error) {
 	b.mu.Lock()
-	b.closed = true
+	if !b.closed {
+		b.closed, b.err = true, err
+	}
 	q := b.queue
 	b.queue = nil
 	b.mu.Unlock()

@@ -2,8 +2,8 @@ package client
 
 import (
 	"context"
-	"errors"
 	"sync"
+	"sync/atomic"
 
 	json "github.com/goccy/go-json"
 
@@ -117,12 +117,8 @@ type Subscription struct {
 	in     inbox[*Message]
 	mu     sync.Mutex
 	reason string // why the router ended it, if it did
-	once   sync.Once
+	closed atomic.Bool
 }
-
-// ErrSubscriptionClosed is returned by Next after the router closed the
-// subscription (router shutdown) or Close was called.
-var ErrSubscriptionClosed = errors.New("flybus: subscription closed")
 
 // Subscribe subscribes to a declared topic (NO_TOPIC otherwise).
 func (c *Client) Subscribe(ctx context.Context, topic string, cfg SubscriptionConfig) (*Subscription, error) {
@@ -154,13 +150,24 @@ func (c *Client) Subscribe(ctx context.Context, topic string, cfg SubscriptionCo
 func (s *Subscription) ID() wire.SubID                  { return s.id }
 func (s *Subscription) TopicIncarnation() wire.TopicInc { return s.incarnation }
 
-// TryNext returns a message already received, without waiting.
-func (s *Subscription) TryNext() (*Message, bool) { return s.in.tryNext() }
+// TryNext returns a message already received, without waiting; nothing
+// once the subscription is closed.
+func (s *Subscription) TryNext() (*Message, bool) {
+	if s.closed.Load() {
+		return nil, false
+	}
+	return s.in.tryNext()
+}
 
 // Next waits for the next message. Close every message: that consumes its
-// delivery and returns the subscription's credit.
+// delivery and returns the subscription's credit. Once the subscription has
+// ended it fails with an error matching ErrSubscriptionClosed (and
+// ErrHandleClosed after its own Close).
 func (s *Subscription) Next(ctx context.Context) (*Message, error) {
-	return s.in.next(ctx, ErrSubscriptionClosed)
+	if s.closed.Load() {
+		return nil, closedHandle("subscription", ErrSubscriptionClosed)
+	}
+	return s.in.next(ctx)
 }
 
 // ClosedReason is the router's reason when it closed the subscription.
@@ -174,24 +181,25 @@ func (s *Subscription) ended(reason string) {
 	s.mu.Lock()
 	s.reason = reason
 	s.mu.Unlock()
-	s.closeQueue()
+	s.closeQueue(&handleError{msg: "flybus: the router closed the subscription: " + reason, kinds: []error{ErrSubscriptionClosed}})
 }
 
-// closeQueue stops delivery; messages nobody took are consumed.
-func (s *Subscription) closeQueue() { s.in.close() }
+// closeQueue stops delivery with err; messages nobody took are consumed.
+func (s *Subscription) closeQueue(err error) { s.in.close(err) }
 
 // Close unsubscribes: the router discards the queue. Messages already
 // handed out stay valid until closed. Idempotent.
 func (s *Subscription) Close() error {
-	s.once.Do(func() {
-		s.c.mu.Lock()
-		if s.c.subs[s.id] == s {
-			delete(s.c.subs, s.id)
-		}
-		s.c.mu.Unlock()
-		s.c.fireAndForget(wire.OpUnsubscribe, &wire.Unsubscribe{SubscriptionID: s.id})
-		s.closeQueue()
-	})
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.c.mu.Lock()
+	if s.c.subs[s.id] == s {
+		delete(s.c.subs, s.id)
+	}
+	s.c.mu.Unlock()
+	s.c.fireAndForget(wire.OpUnsubscribe, &wire.Unsubscribe{SubscriptionID: s.id})
+	s.closeQueue(closedHandle("subscription", ErrSubscriptionClosed))
 	return nil
 }
 
@@ -205,19 +213,24 @@ type Message struct {
 	TopicSequence    uint64
 	Replaced         uint64 // coalesced since this subscription's previous delivery
 	Payload          wire.RawJSON
-	g                *guard
+	d                delivered
 	arts             attachSet
-	once             sync.Once
 }
 
 // Decode unmarshals the payload into v.
-func (m *Message) Decode(v any) error { return json.Unmarshal(m.Payload, v) }
+func (m *Message) Decode(v any) error {
+	if err := m.d.live(); err != nil {
+		return err
+	}
+	return json.Unmarshal(m.Payload, v)
+}
 
 // Artifact extracts a named attachment. It shares the message's delivery:
 // the delivery (and the subscription's credit) is released only when the
-// message and every artifact and view taken from it are closed.
+// message and every artifact and view taken from it are closed. Take what
+// you need before closing the message.
 func (m *Message) Artifact(name string) (*Artifact, error) {
-	return m.c.artifactFrom(m.g, m.arts, name)
+	return m.c.artifactFrom(&m.d, m.arts, name)
 }
 
 // Attachments lists the names of the artifacts the message carries, in the
@@ -226,14 +239,16 @@ func (m *Message) Attachments() []string { return m.arts.names() }
 
 // Close releases the message's share of its delivery. Idempotent.
 func (m *Message) Close() error {
-	m.once.Do(m.g.drop)
+	m.d.close()
 	return nil
 }
 
 func (c *Client) onMessage(w *wire.TopicMessage, arts attachSet) error {
+	g := c.deliveryGuard(w.DeliveryID)
 	m := &Message{c: c, DeliveryID: w.DeliveryID, SubscriptionID: w.SubscriptionID, Topic: w.Topic,
 		TopicIncarnation: w.TopicIncarnation, TopicSequence: w.TopicSequence, Replaced: w.Replaced,
-		Payload: w.Payload.Clone(), g: c.deliveryGuard(w.DeliveryID), arts: arts}
+		Payload: w.Payload.Clone(), d: delivered{what: "message", g: g}, arts: arts}
+	m.d.cleanup = watch(c, m, "Message", g.drop)
 	c.mu.Lock()
 	s := c.subs[w.SubscriptionID]
 	c.mu.Unlock()

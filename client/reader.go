@@ -27,7 +27,7 @@ func (c *Client) readLoop() {
 			derr = c.dispatch(&env)
 		}
 		if derr != nil {
-			c.fail(fmt.Errorf("router frame refused: %w", derr))
+			c.fail(fmt.Errorf("the client refused a frame from the router: %w", derr))
 			return
 		}
 	}
@@ -207,8 +207,14 @@ func (c *Client) onNotice(env *wire.Envelope) error {
 		if err := env.DecodeBody(&n); err != nil {
 			return err
 		}
-		c.fail(&wire.BusError{Code: wire.ErrRouterLost, Dispatch: wire.DispatchUnknown,
-			Message: "router closed the connection: " + n.Code.String() + ": " + n.Message})
+		msg := "the router closed the connection"
+		if n.Code != wire.ErrRouterLost {
+			msg += " with " + n.Code.String()
+		}
+		if n.Message != "" {
+			msg += ": " + n.Message
+		}
+		c.fail(&wire.BusError{Code: wire.ErrRouterLost, Dispatch: wire.DispatchUnknown, Message: msg})
 	}
 	return nil
 }

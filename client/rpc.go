@@ -3,7 +3,9 @@ package client
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
+	"sync/atomic"
 
 	json "github.com/goccy/go-json"
 
@@ -56,8 +58,8 @@ type Service struct {
 	name        string
 	incarnation wire.ServiceInc
 
-	in   inbox[*Request]
-	once sync.Once
+	in     inbox[*Request]
+	closed atomic.Bool
 }
 
 // Register claims an exclusive service name.
@@ -104,25 +106,32 @@ func (c *Client) Register(ctx context.Context, name string, cfg ServiceConfig) (
 func (s *Service) Name() string                 { return s.name }
 func (s *Service) Incarnation() wire.ServiceInc { return s.incarnation }
 
-// Next waits for the next request. It fails with ErrClosed once the
-// service or its client is closed.
-func (s *Service) Next(ctx context.Context) (*Request, error) { return s.in.next(ctx, ErrClosed) }
+// Next waits for the next request. It fails with ErrHandleClosed after the
+// service's Close, ErrClosed after the client's, and ROUTER_LOST when the
+// router went away.
+func (s *Service) Next(ctx context.Context) (*Request, error) {
+	if s.closed.Load() {
+		return nil, closedHandle("service")
+	}
+	return s.in.next(ctx)
+}
 
-// closeQueue stops delivery and closes requests nobody took.
-func (s *Service) closeQueue() { s.in.close() }
+// closeQueue stops delivery with err and closes requests nobody took.
+func (s *Service) closeQueue(err error) { s.in.close(err) }
 
 // Close unregisters the service. Requests already handed out stay valid and
 // can still be answered. Idempotent.
 func (s *Service) Close() error {
-	s.once.Do(func() {
-		s.c.mu.Lock()
-		if s.c.services[s.name] == s {
-			delete(s.c.services, s.name)
-		}
-		s.c.mu.Unlock()
-		s.c.fireAndForget(wire.OpServiceUnregister, &wire.Unregister{Name: s.name, ServiceIncarnation: s.incarnation})
-		s.closeQueue()
-	})
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.c.mu.Lock()
+	if s.c.services[s.name] == s {
+		delete(s.c.services, s.name)
+	}
+	s.c.mu.Unlock()
+	s.c.fireAndForget(wire.OpServiceUnregister, &wire.Unregister{Name: s.name, ServiceIncarnation: s.incarnation})
+	s.closeQueue(closedHandle("service"))
 	return nil
 }
 
@@ -130,10 +139,12 @@ func (c *Client) onRequest(r *wire.Request, arts attachSet) error {
 	c.mu.Lock()
 	s := c.services[r.Target]
 	c.mu.Unlock()
+	g := c.deliveryGuard(r.DeliveryID)
+	rc := &replyCap{c: c, callID: r.CallID, deliveryID: r.DeliveryID, refs: 1}
 	req := &Request{c: c, Method: r.Method, Payload: r.Payload.Clone(), Caller: r.Caller,
 		CallID: r.CallID, DeliveryID: r.DeliveryID, ServiceIncarnation: r.ServiceIncarnation,
-		g: c.deliveryGuard(r.DeliveryID), arts: arts}
-	req.cap.refs = 1
+		d: delivered{what: "request", g: g}, arts: arts, rc: rc}
+	req.d.cleanup = watch(c, req, "Request", func() { g.drop(); rc.drop() })
 	if s == nil || !s.in.push(req) {
 		req.Close() // nobody will serve it: consume and give up the reply
 	}
@@ -152,42 +163,57 @@ type Request struct {
 	DeliveryID         wire.DeliveryID
 	ServiceIncarnation wire.ServiceInc
 
-	g    *guard // the delivery: consumed when the request and its artifacts are closed
+	d    delivered // the delivery: consumed when the request and its artifacts are closed
 	arts attachSet
-	cap  refCount // the reply capability: released at zero unless replied
+	rc   *replyCap
+}
+
+// replyCap is a call's right to reply, shared by its Request and
+// Responders: the last of them to close without a reply releases the call.
+type replyCap struct {
+	c          *Client
+	callID     wire.CallID
+	deliveryID wire.DeliveryID
 
 	mu      sync.Mutex
+	refs    int
 	replied bool
-	closed  bool
 }
 
-type refCount struct {
-	mu   sync.Mutex
-	refs int
+// add takes another reference; false once the capability is released.
+func (rc *replyCap) add() bool {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.refs == 0 {
+		return false
+	}
+	rc.refs++
+	return true
 }
 
-// drop decrements and reports whether this was the last reference.
-func (r *refCount) drop() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.refs--
-	return r.refs == 0
-}
-
-func (r *refCount) add() {
-	r.mu.Lock()
-	r.refs++
-	r.mu.Unlock()
+func (rc *replyCap) drop() {
+	rc.mu.Lock()
+	rc.refs--
+	release := rc.refs == 0 && !rc.replied
+	rc.mu.Unlock()
+	if release {
+		rc.c.fireAndForget(wire.OpRPCResponderRelease, &wire.ResponderRelease{CallID: rc.callID, RequestDeliveryID: rc.deliveryID})
+	}
 }
 
 // Decode unmarshals the payload into v.
-func (r *Request) Decode(v any) error { return json.Unmarshal(r.Payload, v) }
+func (r *Request) Decode(v any) error {
+	if err := r.d.live(); err != nil {
+		return err
+	}
+	return json.Unmarshal(r.Payload, v)
+}
 
 // Artifact extracts a named attachment. It shares the request's delivery:
 // the delivery is consumed when the request and every artifact (and view)
 // taken from it are closed.
 func (r *Request) Artifact(name string) (*Artifact, error) {
-	return r.c.artifactFrom(r.g, r.arts, name)
+	return r.c.artifactFrom(&r.d, r.arts, name)
 }
 
 // Attachments lists the request's attachment names in envelope order.
@@ -195,12 +221,16 @@ func (r *Request) Attachments() []string { return r.arts.names() }
 
 // Reply answers the call with outcome (any JSON object value) and the
 // service's own artifacts. It reports routed=false when the caller has
-// detached; a second reply fails with CALL_GONE.
+// detached; a second reply fails with CALL_GONE. After Close, reply through
+// a Responder taken before.
 func (r *Request) Reply(ctx context.Context, outcome any, atts ...Attachment) (bool, error) {
-	return replyTo(ctx, r, outcome, atts)
+	if err := r.d.live(); err != nil {
+		return false, err
+	}
+	return r.rc.reply(ctx, outcome, atts)
 }
 
-func replyTo(ctx context.Context, r *Request, outcome any, atts []Attachment) (bool, error) {
+func (rc *replyCap) reply(ctx context.Context, outcome any, atts []Attachment) (bool, error) {
 	raw, err := encodePayload(outcome)
 	if err != nil {
 		return false, err
@@ -210,8 +240,8 @@ func replyTo(ctx context.Context, r *Request, outcome any, atts []Attachment) (b
 		return false, err
 	}
 	var ok wire.Routed
-	err = r.c.send(ctx, wire.OpRPCReply, &wire.Reply{CallID: r.CallID,
-		RequestDeliveryID: r.DeliveryID, Outcome: raw}, watts, &ok, func(error) { undo() }, nil)
+	err = rc.c.send(ctx, wire.OpRPCReply, &wire.Reply{CallID: rc.callID,
+		RequestDeliveryID: rc.deliveryID, Outcome: raw}, watts, &ok, func(error) { undo() }, nil)
 	if err != nil {
 		if !isCtxErr(err) {
 			undo()
@@ -219,61 +249,57 @@ func replyTo(ctx context.Context, r *Request, outcome any, atts []Attachment) (b
 		return false, err
 	}
 	undo()
-	r.mu.Lock()
-	r.replied = true
-	r.mu.Unlock()
+	rc.mu.Lock()
+	rc.replied = true
+	rc.mu.Unlock()
 	return ok.Routed, nil
 }
 
 // Responder returns a handle that can reply after the Request is closed.
 // Close it when done; the last of Request and Responders to close without
-// a reply releases the call (the caller sees CALL_GONE, dispatched).
+// a reply releases the call (the caller sees CALL_GONE, dispatched). Take
+// it before closing the Request: afterwards its Reply fails with
+// ErrHandleClosed.
 func (r *Request) Responder() *Responder {
-	r.cap.add()
-	return &Responder{r: r}
+	p := &Responder{rc: r.rc}
+	if r.d.live() != nil || !r.rc.add() {
+		p.closed.Store(true)
+		return p
+	}
+	p.cleanup = watch(r.c, p, "Responder", r.rc.drop)
+	return p
 }
 
 // Close consumes the delivery and drops this handle's reply capability.
 // Idempotent.
 func (r *Request) Close() error {
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return nil
+	if r.d.close() {
+		r.rc.drop()
 	}
-	r.closed = true
-	r.mu.Unlock()
-	r.g.drop()
-	r.dropCap()
 	return nil
-}
-
-func (r *Request) dropCap() {
-	if !r.cap.drop() {
-		return
-	}
-	r.mu.Lock()
-	replied := r.replied
-	r.mu.Unlock()
-	if !replied {
-		r.c.fireAndForget(wire.OpRPCResponderRelease, &wire.ResponderRelease{CallID: r.CallID, RequestDeliveryID: r.DeliveryID})
-	}
 }
 
 // Responder keeps the right to reply to a request.
 type Responder struct {
-	r    *Request
-	once sync.Once
+	rc      *replyCap
+	closed  atomic.Bool
+	cleanup runtime.Cleanup
 }
 
 // Reply answers the call; see Request.Reply.
 func (p *Responder) Reply(ctx context.Context, outcome any, atts ...Attachment) (bool, error) {
-	return replyTo(ctx, p.r, outcome, atts)
+	if p.closed.Load() {
+		return false, closedHandle("responder")
+	}
+	return p.rc.reply(ctx, outcome, atts)
 }
 
 // Close drops this responder's capability. Idempotent.
 func (p *Responder) Close() error {
-	p.once.Do(p.r.dropCap)
+	if !p.closed.Swap(true) {
+		p.cleanup.Stop()
+		p.rc.drop()
+	}
 	return nil
 }
 
@@ -285,16 +311,20 @@ type Result struct {
 	Responder          wire.Identity
 	ServiceIncarnation wire.ServiceInc
 	Outcome            wire.RawJSON
-	g                  *guard
+	d                  delivered
 	arts               attachSet
-	once               sync.Once
 }
 
 // Decode unmarshals the outcome into v.
-func (r *Result) Decode(v any) error { return json.Unmarshal(r.Outcome, v) }
+func (r *Result) Decode(v any) error {
+	if err := r.d.live(); err != nil {
+		return err
+	}
+	return json.Unmarshal(r.Outcome, v)
+}
 
 // Artifact extracts a named attachment sharing the result's delivery.
-func (r *Result) Artifact(name string) (*Artifact, error) { return r.c.artifactFrom(r.g, r.arts, name) }
+func (r *Result) Artifact(name string) (*Artifact, error) { return r.c.artifactFrom(&r.d, r.arts, name) }
 
 // Attachments lists the result's attachment names in envelope order.
 func (r *Result) Attachments() []string { return r.arts.names() }
@@ -302,7 +332,7 @@ func (r *Result) Attachments() []string { return r.arts.names() }
 // Close consumes the result delivery once every artifact taken from it is
 // closed too. Idempotent.
 func (r *Result) Close() error {
-	r.once.Do(r.g.drop)
+	r.d.close()
 	return nil
 }
 
@@ -319,6 +349,7 @@ type PendingCall struct {
 	err     error
 	taken   bool // Result returned res to the user
 	abandon bool // Close before the result: consume it on arrival
+	closed  bool // Close was called
 }
 
 // CallID and Incarnation identify the admitted call.
@@ -342,6 +373,9 @@ func (p *PendingCall) finish(res *Result, err error) {
 
 // Result waits for the outcome. It is safe to call again after ctx expires.
 func (p *PendingCall) Result(ctx context.Context) (*Result, error) {
+	if err := p.live(); err != nil {
+		return nil, err
+	}
 	select {
 	case <-p.done:
 	case <-ctx.Done():
@@ -349,15 +383,30 @@ func (p *PendingCall) Result(ctx context.Context) (*Result, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		return nil, closedHandle("pending call")
+	}
 	if p.res != nil {
 		p.taken = true
 	}
 	return p.res, p.err
 }
 
+func (p *PendingCall) live() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return closedHandle("pending call")
+	}
+	return nil
+}
+
 // Cancel asks the router to cancel the call and returns its state. After
 // any state but Completed, Result fails with CALL_GONE.
 func (p *PendingCall) Cancel(ctx context.Context) (wire.CancelState, error) {
+	if err := p.live(); err != nil {
+		return 0, err
+	}
 	var ok wire.CancelOK
 	if err := p.c.roundTrip(ctx, wire.OpRPCCancel, &wire.Cancel{CallID: p.id}, &ok, nil); err != nil {
 		return 0, err
@@ -382,6 +431,11 @@ func (p *PendingCall) Cancel(ctx context.Context) (wire.CancelState, error) {
 // Result is the caller's to Close. Idempotent.
 func (p *PendingCall) Close() error {
 	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
 	p.abandon = true
 	res, taken := p.res, p.taken
 	p.mu.Unlock()
@@ -474,9 +528,11 @@ func (c *Client) onResult(r *wire.Result, arts attachSet) error {
 	p := c.calls[r.CallID]
 	delete(c.calls, r.CallID)
 	c.mu.Unlock()
+	g := c.deliveryGuard(r.DeliveryID)
 	res := &Result{c: c, CallID: r.CallID, DeliveryID: r.DeliveryID, Responder: r.Responder,
 		ServiceIncarnation: r.ServiceIncarnation, Outcome: r.Outcome.Clone(),
-		g: c.deliveryGuard(r.DeliveryID), arts: arts}
+		d: delivered{what: "result", g: g}, arts: arts}
+	res.d.cleanup = watch(c, res, "Result", g.drop)
 	if p == nil {
 		res.Close() // nobody waits: consume it
 		return nil

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -276,7 +277,7 @@ func TestExtractedArtifactOutlivesItsMessage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := m.Artifact("nope"); err != client.ErrNoAttachment {
+		if _, err := m.Artifact("nope"); !errors.Is(err, client.ErrNoAttachment) {
 			t.Fatalf("missing attachment: %v", err)
 		}
 		m.Close() // the image still holds the delivery

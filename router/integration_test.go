@@ -178,7 +178,7 @@ func spawn(fn func() error) <-chan error {
 func serveAgent(ctx context.Context, svc *client.Service, name string, gate *rendezvous) error {
 	for {
 		req, err := svc.Next(ctx)
-		if errors.Is(err, client.ErrClosed) {
+		if errors.Is(err, client.ErrHandleClosed) {
 			return nil
 		}
 		if err != nil {
@@ -213,7 +213,7 @@ func serveEnv(ctx context.Context, c *client.Client, svc *client.Service) error 
 	step := 0
 	for {
 		req, err := svc.Next(ctx)
-		if errors.Is(err, client.ErrClosed) {
+		if errors.Is(err, client.ErrHandleClosed) {
 			return nil
 		}
 		if err != nil {

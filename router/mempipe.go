@@ -46,7 +46,14 @@ func memPipe(capacity int) (a, b net.Conn) {
 type memConn struct {
 	rx *memBuffer // what the peer wrote, for Read
 	tx *memBuffer // what Write buffers for the peer
+	// storeRoot is the router's store root, on a client end made by
+	// ConnectInMemory.
+	storeRoot string
 }
+
+// StoreRoot is the serving router's store root ("" on the router's end),
+// which client.Connect uses when its Config names none.
+func (c *memConn) StoreRoot() string { return c.storeRoot }
 
 var _ net.Conn = (*memConn)(nil)
 
@@ -62,6 +69,14 @@ func (c *memConn) Write(p []byte) (int, error) { return c.tx.write(p) }
 // returns nil; closing again does nothing.
 func (c *memConn) Close() error {
 	c.rx.closeReader()
+	c.tx.closeWriter()
+	return nil
+}
+
+// CloseWrite shuts the sending direction, as a socket's shutdown(SHUT_WR):
+// the peer drains what was buffered and then reads io.EOF, while this end
+// can still read. A client's orderly close relies on it.
+func (c *memConn) CloseWrite() error {
 	c.tx.closeWriter()
 	return nil
 }

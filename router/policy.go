@@ -117,6 +117,10 @@ func (p Policy) WithDefault(g *Grants) Policy {
 	return p
 }
 
+// admitsNobody reports a policy under which no hello can succeed: the zero
+// Policy, or a closed one with no clients and no default.
+func (p Policy) admitsNobody() bool { return !p.open && len(p.clients) == 0 && p.dflt == nil }
+
 // IsOpen reports whether unbound transports are permitted.
 func (p Policy) IsOpen() bool { return p.open }
 

@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -444,7 +445,7 @@ func TestShutdownClosesSubscriptionsWithNotices(t *testing.T) {
 		if err := h.r.Shutdown(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Next(ctxT(t)); err != client.ErrSubscriptionClosed {
+		if _, err := s.Next(ctxT(t)); !errors.Is(err, client.ErrSubscriptionClosed) {
 			t.Fatalf("Next after shutdown: %v", err)
 		}
 		if s.ClosedReason() != "router-shutdown" {

@@ -5,8 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -18,12 +20,22 @@ import (
 type Config struct {
 	// StoreRoot is the directory under which the router keeps its artifact
 	// store, <StoreRoot>/<storeId>/ (a tmpfs such as /dev/shm/flybus is the
-	// point). Empty runs the router without artifacts.
+	// point). Empty gives the router a private root of its own on the
+	// runtime tmpfs (see StoreRoot), removed at Shutdown; clients connected
+	// in memory learn it without being told.
 	StoreRoot    string
 	Limits       wire.Limits
 	Policy       Policy
 	HelloTimeout time.Duration // default 5 s
 	Logger       *slog.Logger  // default: discard
+	// MaxPendingHello bounds the connections still in hello; a new one
+	// over it closes the oldest. Default: maxClients/4, at least 4, at
+	// most maxClients.
+	MaxPendingHello int
+	// FrameTimeout bounds how long a frame may take to arrive once its
+	// first byte has; an idle connection between frames is never closed.
+	// Default 10 s.
+	FrameTimeout time.Duration
 }
 
 // Router is an embeddable flybus router. All of its methods are safe for
@@ -32,7 +44,8 @@ type Router struct {
 	cfg      Config
 	routerID wire.RouterID
 	storeID  wire.StoreID
-	store    *store.Store // nil without a StoreRoot
+	store    *store.Store
+	private  bool // the store root was made for this router: removed at Shutdown
 
 	mu        sync.Mutex // serializes the core
 	core      *core
@@ -45,6 +58,11 @@ type Router struct {
 // ErrClosed is returned by entry points after Shutdown.
 var ErrClosed = errors.New("flybus: router is shut down")
 
+// errNoPolicy explains the zero Policy, which would admit nobody.
+var errNoPolicy = errors.New("flybus: router.Config.Policy admits no client: use router.OpenPolicy() " +
+	"(any client id, every grant: tests and trusted deployments) or router.ClosedPolicy().Client(id, grants) " +
+	"for each participant")
+
 // New validates cfg and returns a running router with no transports yet.
 func New(cfg Config) (*Router, error) {
 	if cfg.Limits == (wire.Limits{}) {
@@ -53,8 +71,8 @@ func New(cfg Config) (*Router, error) {
 	if err := cfg.Limits.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Policy.clients == nil && !cfg.Policy.open && cfg.Policy.dflt == nil {
-		cfg.Policy = ClosedPolicy()
+	if cfg.Policy.admitsNobody() {
+		return nil, errNoPolicy
 	}
 	if cfg.HelloTimeout <= 0 {
 		cfg.HelloTimeout = 5 * time.Second
@@ -69,29 +87,59 @@ func New(cfg Config) (*Router, error) {
 	t := binary.LittleEndian.Uint64(tag[:])
 	r := &Router{cfg: cfg, routerID: wire.RouterID(t), storeID: wire.StoreID(t),
 		shells: map[*conn]*shell{}, listeners: map[*Listener]struct{}{}}
-	if cfg.StoreRoot != "" {
-		// Opening the store also removes orphaned stores of dead routers.
-		st, err := store.Open(store.Config{Root: cfg.StoreRoot, ID: r.storeID.String()})
+	if cfg.StoreRoot == "" {
+		root, err := privateStoreRoot()
 		if err != nil {
 			return nil, err
 		}
-		for _, o := range st.Orphans() {
-			cfg.Logger.Info("removed orphaned store", "dir", o.Dir, "err", o.Err)
-		}
-		r.store = st
+		r.cfg.StoreRoot, r.private = root, true
 	}
+	// Opening the store also removes orphaned stores of dead routers.
+	st, err := store.Open(store.Config{Root: r.cfg.StoreRoot, ID: r.storeID.String()})
+	if err != nil {
+		if r.private {
+			os.RemoveAll(r.cfg.StoreRoot)
+		}
+		return nil, err
+	}
+	for _, o := range st.Orphans() {
+		cfg.Logger.Info("removed orphaned store", "dir", o.Dir, "err", o.Err)
+	}
+	r.store = st
 	r.core = newCore(cfg.Limits, cfg.Policy, r.routerID, r.storeID)
-	r.core.hasStore = r.store != nil
+	r.core.hasStore = true
 	return r, nil
 }
 
-// StoreDir is this incarnation's store directory, or "" without a store.
-func (r *Router) StoreDir() string {
-	if r.store == nil {
-		return ""
+// privateStoreRoot makes a fresh 0700 directory for a router given no
+// store root: on /dev/shm, the runtime tmpfs Linux always has, else under
+// $XDG_RUNTIME_DIR or the temporary directory.
+func privateStoreRoot() (string, error) {
+	var bases []string
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		bases = append(bases, "/dev/shm")
 	}
-	return r.store.Dir()
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		bases = append(bases, d)
+	}
+	bases = append(bases, os.TempDir())
+	var errs []error
+	for _, b := range bases {
+		dir, err := os.MkdirTemp(b, "flybus-router-")
+		if err == nil {
+			return dir, nil
+		}
+		errs = append(errs, err)
+	}
+	return "", fmt.Errorf("flybus: no store root given and none could be made: %w", errors.Join(errs...))
 }
+
+// StoreRoot is the directory the router keeps its store under: what
+// clients connected over a Unix socket need as client.Config.StoreRoot.
+func (r *Router) StoreRoot() string { return r.cfg.StoreRoot }
+
+// StoreDir is this incarnation's store directory, <StoreRoot>/<storeId>.
+func (r *Router) StoreDir() string { return r.store.Dir() }
 
 // RouterID is this incarnation's router id.
 func (r *Router) RouterID() wire.RouterID { return r.routerID }
@@ -104,12 +152,10 @@ func (r *Router) Stats() Stats {
 	r.mu.Lock()
 	s := r.core.snapshot()
 	r.mu.Unlock()
-	if r.store != nil {
-		st := r.store.Stats()
-		s.LeaseSeals, s.CopySeals = st.LeaseSeals, st.CopySeals
-		s.StoreFiles = st.StagingFiles + st.SealedFiles
-		s.PoolHits, s.PoolMisses = st.PoolHits, st.PoolMisses
-	}
+	st := r.store.Stats()
+	s.LeaseSeals, s.CopySeals = st.LeaseSeals, st.CopySeals
+	s.StoreFiles = st.StagingFiles + st.SealedFiles
+	s.PoolHits, s.PoolMisses = st.PoolHits, st.PoolMisses
 	return s
 }
 
@@ -141,12 +187,19 @@ func (r *Router) ConnectInMemoryAs(clientID string) (net.Conn, error) {
 }
 
 func (r *Router) connectInMemory(bound string) (net.Conn, error) {
+	if bound == "" && !r.cfg.Policy.IsOpen() {
+		return nil, errors.New("flybus: ConnectInMemory makes an unbound connection, which only router.OpenPolicy() " +
+			"admits; under a closed policy use ConnectInMemoryAs(clientID)")
+	}
 	a, b := memPipe(0)
 	if err := r.serve(a, bound); err != nil {
 		a.Close()
 		b.Close()
 		return nil, err
 	}
+	// The client end knows where the store is, so an in-memory client
+	// needs no StoreRoot of its own.
+	b.(*memConn).storeRoot = r.cfg.StoreRoot
 	return b, nil
 }
 
@@ -260,9 +313,10 @@ func (r *Router) Shutdown(ctx context.Context) error {
 		<-done
 		err = ctx.Err()
 	}
-	if r.store != nil {
-		// Every connection is gone: nothing can still name these files.
-		err = errors.Join(err, r.store.Close())
+	// Every connection is gone: nothing can still name these files.
+	err = errors.Join(err, r.store.Close())
+	if r.private {
+		err = errors.Join(err, os.RemoveAll(r.cfg.StoreRoot))
 	}
 	return err
 }

@@ -72,7 +72,7 @@ func TestHelloRefusals(t *testing.T) {
 }
 
 func TestUnboundTransportNeedsOpenPolicy(t *testing.T) {
-	r, err := router.New(router.Config{Policy: router.ClosedPolicy()})
+	r, err := router.New(router.Config{Policy: router.ClosedPolicy().Client("agent-a", router.AllGrants())})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -128,11 +128,21 @@ func NewError(code ErrorCode, dispatch Dispatch, format string, args ...any) *Bu
 	return &BusError{Code: code, Message: msg, Dispatch: dispatch}
 }
 
+// Error reads as a sentence: the code, the message, and a note on dispatch
+// only when the operation may have reached its target (the default,
+// not-dispatched, is safe to retry and says nothing).
 func (e *BusError) Error() string {
-	if e.Message == "" {
-		return e.Code.String() + " (" + e.Dispatch.String() + ")"
+	s := e.Code.String()
+	if e.Message != "" {
+		s += ": " + e.Message
 	}
-	return e.Code.String() + ": " + e.Message + " (" + e.Dispatch.String() + ")"
+	switch e.Dispatch {
+	case Dispatched:
+		s += " (it had reached its target)"
+	case DispatchUnknown:
+		s += " (it may have reached its target)"
+	}
+	return s
 }
 
 // Unwrap exposes the code, so errors.Is matches against ErrorCode values.

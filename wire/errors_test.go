@@ -103,9 +103,9 @@ func TestBusErrorText(t *testing.T) {
 		err  *BusError
 		want string
 	}{
-		{NewError(ErrNoService, 0, "no service %q", "x"), `NO_SERVICE: no service "x" (not-dispatched)`},
-		{NewError(ErrCallGone, DispatchUnknown, "gone"), `CALL_GONE: gone (unknown)`},
-		{&BusError{Code: ErrRouterLost, Dispatch: Dispatched}, `ROUTER_LOST (dispatched)`},
+		{NewError(ErrNoService, 0, "no service %q", "x"), `NO_SERVICE: no service "x"`},
+		{NewError(ErrCallGone, DispatchUnknown, "gone"), `CALL_GONE: gone (it may have reached its target)`},
+		{&BusError{Code: ErrRouterLost, Dispatch: Dispatched}, `ROUTER_LOST (it had reached its target)`},
 	}
 	for _, c := range cases {
 		if got := c.err.Error(); got != c.want {

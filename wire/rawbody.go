@@ -14,3 +14,19 @@ func (r *RawJSON) decodeJSON(d *Decoder, ti uint32, ctx string) error {
 	*r = RawJSON(d.raw(ti))
 	return nil
 }
+
+// MarshalJSON writes the object as it is, so a RawJSON nested in a value
+// (an outcome that echoes a payload) stays JSON instead of becoming the
+// base64 string encoders give a []byte. Like json.RawMessage, nil is null.
+func (r RawJSON) MarshalJSON() ([]byte, error) {
+	if r == nil {
+		return []byte("null"), nil
+	}
+	return r, nil
+}
+
+// UnmarshalJSON keeps a copy of the value's bytes, as json.RawMessage does.
+func (r *RawJSON) UnmarshalJSON(b []byte) error {
+	*r = append((*r)[:0], b...)
+	return nil
+}

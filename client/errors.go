@@ -1,0 +1,70 @@
+package client
+
+import (
+	"errors"
+
+	"github.com/flybus/flybus/wire"
+)
+
+// Why an operation could not run, matched with errors.Is. Three causes are
+// kept apart because a program reacts to each differently: its own handle
+// was closed (a bug in the program), its own Client was closed (shutting
+// down), or the router went away (wire.ErrRouterLost: reconnect).
+var (
+	// ErrHandleClosed is returned by a handle used after its own Close,
+	// whatever other handles sharing its delivery or hold still do.
+	ErrHandleClosed = errors.New("flybus: handle already closed")
+	// ErrClosed is returned once the program closed the Client.
+	ErrClosed = errors.New("flybus: the client was closed")
+	// ErrSubscriptionClosed is returned by Subscription.Next once the
+	// subscription has ended: the router closed it (see ClosedReason), it
+	// was closed, or its client ended (the error then also matches ErrClosed
+	// or wire.ErrRouterLost).
+	ErrSubscriptionClosed = errors.New("flybus: subscription closed")
+	// ErrWriterDone is returned by an ArtifactWriter after Seal or Close.
+	ErrWriterDone = errors.New("flybus: artifact writer already sealed or closed")
+	// ErrNoAttachment is returned for a name the delivery does not carry.
+	ErrNoAttachment = errors.New("flybus: no attachment by that name")
+)
+
+// handleError is a sentence for people that still matches the sentinels
+// a program tests for, and unwraps to its cause (a client's end).
+type handleError struct {
+	msg   string
+	kinds []error
+	cause error
+}
+
+func (e *handleError) Error() string { return e.msg }
+
+func (e *handleError) Is(target error) bool {
+	for _, k := range e.kinds {
+		if target == k {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *handleError) Unwrap() error { return e.cause }
+
+// closedHandle is the error of a handle used after its own Close; what
+// names it ("message", "artifact"). also lists further sentinels it matches.
+func closedHandle(what string, also ...error) error {
+	return &handleError{msg: "flybus: this " + what + " was already closed", kinds: append([]error{ErrHandleClosed}, also...)}
+}
+
+// lostError is what operations return once the connection has ended for
+// err: ErrClosed after the program's own Close, otherwise ROUTER_LOST with
+// the dispatch unknown (the command may have been applied).
+func lostError(err error) error {
+	if errors.Is(err, ErrClosed) {
+		return ErrClosed
+	}
+	var be *wire.BusError
+	if errors.As(err, &be) && be.Code == wire.ErrRouterLost {
+		return be
+	}
+	return &wire.BusError{Code: wire.ErrRouterLost, Dispatch: wire.DispatchUnknown,
+		Message: "the connection to the router was lost: " + err.Error()}
+}

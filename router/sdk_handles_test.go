@@ -1,0 +1,274 @@
+package router_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/wire"
+)
+
+// isClosedHandle fails the test unless err says that this handle was closed.
+func isClosedHandle(t *testing.T, what string, err error) {
+	t.Helper()
+	if !errors.Is(err, client.ErrHandleClosed) {
+		t.Fatalf("%s after its Close: %v, want ErrHandleClosed", what, err)
+	}
+	if errors.Is(err, client.ErrClosed) || errors.Is(err, wire.ErrRouterLost) {
+		t.Fatalf("%s after its Close: %v also claims the client or router ended", what, err)
+	}
+}
+
+// A handle refuses use after its own Close even while another share of its
+// delivery or hold keeps the owner alive on the router.
+func TestHandlesRefuseUseAfterTheirOwnClose(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		prod, cons := h.dial("producer"), h.dial("consumer")
+		mustDeclare(t, prod, "frames", wire.RetainNone)
+		s, err := cons.Subscribe(ctx, "frames", client.Bounded())
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := produce(t, prod, frameBytes(5, 4096))
+		if _, err := prod.Publish(ctx, "frames", map[string]int{"n": 1}, client.Attach("img", a)); err != nil {
+			t.Fatal(err)
+		}
+		m, err := s.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := m.Artifact("img")
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		// Message: closed while img shares its delivery.
+		m.Close()
+		_, err = m.Artifact("img")
+		isClosedHandle(t, "Message.Artifact", err)
+		isClosedHandle(t, "Message.Decode", m.Decode(&struct{}{}))
+
+		// Artifact: closed while a clone shares the delivery.
+		clone, err := img.Clone()
+		if err != nil {
+			t.Fatal(err)
+		}
+		img.Close()
+		_, err = img.View(ctx)
+		isClosedHandle(t, "Artifact.View", err)
+		_, err = img.ReaderAt(ctx)
+		isClosedHandle(t, "Artifact.ReaderAt", err)
+		_, err = img.ReadAll(ctx)
+		isClosedHandle(t, "Artifact.ReadAll", err)
+		_, err = img.Retain(ctx)
+		isClosedHandle(t, "Artifact.Retain", err)
+		_, err = img.Clone()
+		isClosedHandle(t, "Artifact.Clone", err)
+		_, err = prod.Publish(ctx, "frames", nil, client.Attach("img", img))
+		isClosedHandle(t, "Publish with a closed artifact", err)
+
+		// View and reader: closed while the clone keeps the delivery.
+		v, err := clone.View(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.Close()
+		if v.Bytes() != nil {
+			t.Fatal("a closed view still hands out its bytes")
+		}
+		rd, err := clone.ReaderAt(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd.Close()
+		_, err = rd.ReadAt(make([]byte, 1), 0)
+		isClosedHandle(t, "ArtifactReader.ReadAt", err)
+
+		// The clone is still good, and the delivery returns with it.
+		if _, err := clone.ReadAll(ctx); err != nil {
+			t.Fatal(err)
+		}
+		clone.Close()
+		a.Close()
+
+		// Writer: Close and Seal end it with different sentences.
+		w, err := prod.Artifacts().Allocate(ctx, 16, "application/octet-stream")
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		_, err = w.Write([]byte("x"))
+		isClosedHandle(t, "ArtifactWriter.Write", err)
+		if !errors.Is(err, client.ErrWriterDone) {
+			t.Fatalf("closed writer: %v, want ErrWriterDone too", err)
+		}
+		w2, err := prod.Artifacts().Allocate(ctx, 16, "application/octet-stream")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sealed, err := w2.Seal(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sealed.Close()
+		if _, err := w2.Write([]byte("x")); !errors.Is(err, client.ErrWriterDone) || errors.Is(err, client.ErrHandleClosed) ||
+			!strings.Contains(err.Error(), "sealed") {
+			t.Fatalf("sealed writer: %v", err)
+		}
+
+		// Subscription.
+		s.Close()
+		_, err = s.Next(ctx)
+		isClosedHandle(t, "Subscription.Next", err)
+		if !errors.Is(err, client.ErrSubscriptionClosed) {
+			t.Fatalf("Subscription.Next after Close: %v, want ErrSubscriptionClosed too", err)
+		}
+		if _, ok := s.TryNext(); ok {
+			t.Fatal("TryNext after Close returned a message")
+		}
+		waitFor(t, "everything released", settled(h))
+	})
+}
+
+func TestRPCHandlesRefuseUseAfterTheirOwnClose(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		srv, caller := h.dial("server"), h.dial("caller")
+		svc, err := srv.Register(ctx, "svc", client.ServiceConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := caller.Call(ctx, "svc", 0, "M", map[string]any{"x": []int{1, 2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := svc.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Request: closed while a Responder keeps the reply capability.
+		resp := req.Responder()
+		req.Close()
+		_, err = req.Reply(ctx, nil)
+		isClosedHandle(t, "Request.Reply", err)
+		isClosedHandle(t, "Request.Decode", req.Decode(&struct{}{}))
+		_, err = req.Artifact("f")
+		isClosedHandle(t, "Request.Artifact", err)
+		_, err = req.Responder().Reply(ctx, nil)
+		isClosedHandle(t, "Responder taken after Request.Close", err)
+
+		// A RawJSON inside a value travels as JSON, not base64.
+		if _, err := resp.Reply(ctx, map[string]any{"got": req.Payload}); err != nil {
+			t.Fatal(err)
+		}
+		resp.Close()
+		_, err = resp.Reply(ctx, nil)
+		isClosedHandle(t, "Responder.Reply", err)
+
+		res, err := p.Result(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(res.Outcome) != `{"got":{"x":[1,2]}}` {
+			t.Fatalf("outcome %s", res.Outcome)
+		}
+		res.Close()
+		isClosedHandle(t, "Result.Decode", res.Decode(&struct{}{}))
+		_, err = res.Artifact("f")
+		isClosedHandle(t, "Result.Artifact", err)
+
+		// PendingCall.
+		p.Close()
+		_, err = p.Result(ctx)
+		isClosedHandle(t, "PendingCall.Result", err)
+		_, err = p.Cancel(ctx)
+		isClosedHandle(t, "PendingCall.Cancel", err)
+
+		// Service: its own Close, not the client's.
+		svc.Close()
+		_, err = svc.Next(ctx)
+		isClosedHandle(t, "Service.Next", err)
+		waitFor(t, "everything released", settled(h))
+	})
+}
+
+// After the program's own Client.Close every operation says the client was
+// closed; after the router went away they say ROUTER_LOST. Both read as
+// sentences.
+func TestErrorsNameWhatEnded(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		c := h.dial("closer")
+		mustDeclare(t, c, "t", wire.RetainNone)
+		svc, err := c.Register(ctx, "svc", client.ServiceConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := c.Subscribe(ctx, "t", client.Latest())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		ops := map[string]error{}
+		_, ops["Call"] = c.Call(ctx, "svc", 0, "M", nil)
+		_, ops["Publish"] = c.Publish(ctx, "t", nil)
+		_, ops["DeclareTopic"] = c.DeclareTopic(ctx, "u", wire.RetainNone)
+		_, ops["Allocate"] = c.Artifacts().Allocate(ctx, 8, "x")
+		_, ops["Service.Next"] = svc.Next(ctx)
+		_, ops["Subscription.Next"] = s.Next(ctx)
+		for op, err := range ops {
+			if !errors.Is(err, client.ErrClosed) || errors.Is(err, wire.ErrRouterLost) || errors.Is(err, client.ErrHandleClosed) {
+				t.Errorf("%s after Client.Close: %v, want ErrClosed", op, err)
+			}
+		}
+		if !errors.Is(ops["Subscription.Next"], client.ErrSubscriptionClosed) {
+			t.Errorf("Subscription.Next after Client.Close: %v, want ErrSubscriptionClosed too", ops["Subscription.Next"])
+		}
+
+		lost := h.dial("lost")
+		if err := h.r.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		<-lost.Done()
+		_, err = lost.DeclareTopic(ctx, "v", wire.RetainNone)
+		if !errors.Is(err, wire.ErrRouterLost) || errors.Is(err, client.ErrClosed) {
+			t.Fatalf("after the router went away: %v, want ROUTER_LOST", err)
+		}
+		msg := err.Error()
+		if strings.Count(msg, "ROUTER_LOST") != 1 || strings.Contains(msg, "(unknown)") || strings.Contains(msg, "not-dispatched") {
+			t.Fatalf("error does not read as a sentence: %q", msg)
+		}
+	})
+}
+
+// Close returns once the router has let go of the client, so the same id
+// connects again at once.
+func TestCloseReleasesTheClientIDAtOnce(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		for i := range 100 {
+			c, err := client.Connect(ctx, h.conn(""), client.Config{ClientID: "again"})
+			if err != nil {
+				t.Fatalf("connect %d: %v", i, err)
+			}
+			if _, err := c.DeclareTopic(ctx, "t", wire.RetainNone); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Close(); err != nil {
+				t.Fatalf("close %d: %v", i, err)
+			}
+		}
+	})
+}
+
+func TestConnectRefusesANilConnection(t *testing.T) {
+	_, err := client.Connect(context.Background(), nil, client.Config{ClientID: "x"})
+	if err == nil || !strings.Contains(err.Error(), "nil connection") {
+		t.Fatalf("Connect(nil): %v", err)
+	}
+}

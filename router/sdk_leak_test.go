@@ -1,0 +1,148 @@
+package router_test
+
+import (
+	"bytes"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/wire"
+)
+
+// collectLeaks runs the collector until c's safety net has released n
+// handles. Cleanups run after a collection, on their own goroutine.
+func collectLeaks(t *testing.T, c *client.Client, n uint64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Stats().Leaked < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d handles released by the safety net, want %d", c.Stats().Leaked, n)
+		}
+		runtime.GC()
+		runtime.Gosched()
+	}
+}
+
+// dropMessage takes a message and forgets it without Close; in its own
+// function so nothing on the test's stack keeps it reachable.
+//
+//go:noinline
+func dropMessage(t *testing.T, s *client.Subscription) uint64 {
+	m, err := s.Next(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.TopicSequence
+}
+
+//go:noinline
+func dropRequest(t *testing.T, svc *client.Service) {
+	if _, err := svc.Next(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A Message garbage-collected unclosed gives its credit back, and is counted.
+func TestForgottenMessageReturnsItsCredit(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		prod := h.dial("producer")
+		var log syncBuffer
+		cons, err := client.Connect(ctx, h.conn(""), client.Config{ClientID: "consumer", StoreRoot: h.root,
+			Logger: slog.New(slog.NewTextHandler(&log, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cons.Close()
+		mustDeclare(t, prod, "ticks", wire.RetainNone)
+		s, err := cons.Subscribe(ctx, "ticks", client.Bounded().InFlight(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if _, err := prod.Publish(ctx, "ticks", nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if seq := dropMessage(t, s); seq != 1 {
+			t.Fatalf("first message has sequence %d", seq)
+		}
+		collectLeaks(t, cons, 1)
+		if !strings.Contains(log.String(), "handle=Message") {
+			t.Fatalf("no log line names the leaked handle: %q", log.String())
+		}
+		// The credit came back: the second message is delivered.
+		m, err := s.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.TopicSequence != 2 {
+			t.Fatalf("second message has sequence %d", m.TopicSequence)
+		}
+		m.Close()
+		waitFor(t, "nothing in flight", func() bool { return h.r.Stats().Owners == 0 })
+	})
+}
+
+// A Request garbage-collected unclosed consumes its delivery (the service's
+// credit returns) and gives up the reply: the caller sees CALL_GONE.
+func TestForgottenRequestReturnsItsCredit(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		srv, caller := h.dial("server"), h.dial("caller")
+		svc, err := srv.Register(ctx, "svc", client.ServiceConfig{MaxInFlight: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p1, err := caller.Call(ctx, "svc", 0, "M", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p2, err := caller.Call(ctx, "svc", 0, "M", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dropRequest(t, svc)
+		collectLeaks(t, srv, 1)
+		if _, err := p1.Result(ctx); code(t, err) != wire.ErrCallGone {
+			t.Fatalf("forgotten request's call: %v, want CALL_GONE", err)
+		}
+		req, err := svc.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := req.Reply(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		req.Close()
+		res, err := p2.Result(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Close()
+		p1.Close()
+		p2.Close()
+	})
+}
+
+// syncBuffer is a log destination the test reads while a cleanup writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
