@@ -324,7 +324,9 @@ func (r *Result) Decode(v any) error {
 }
 
 // Artifact extracts a named attachment sharing the result's delivery.
-func (r *Result) Artifact(name string) (*Artifact, error) { return r.c.artifactFrom(&r.d, r.arts, name) }
+func (r *Result) Artifact(name string) (*Artifact, error) {
+	return r.c.artifactFrom(&r.d, r.arts, name)
+}
 
 // Attachments lists the result's attachment names in envelope order.
 func (r *Result) Attachments() []string { return r.arts.names() }
