@@ -1,4 +1,13 @@
-// Package client will hold the flybus SDK: one Client per connection serving
-// RPC, pub/sub and artifacts, with explicit, idempotent Close on every handle
-// that owns something on the router.
+// Package client is the flybus SDK: one Client per connection to a router
+// serves RPC (Register, Call, Request, Responder, PendingCall), pub/sub
+// (DeclareTopic, Subscribe, Publish, Message) and artifacts (Allocate,
+// ArtifactWriter, Artifact, ArtifactView, ArtifactReader).
+//
+// Every handle that owns something on the router has an idempotent Close,
+// and refuses use after it with ErrHandleClosed. Artifacts taken from a
+// message, request or result share its delivery: the delivery (and the
+// credit it holds) is consumed when all of them are closed. Errors tell
+// apart a closed handle (ErrHandleClosed), a closed client (ErrClosed) and
+// a lost router (wire.ErrRouterLost). A handle garbage-collected without
+// Close is released by a safety net and counted in Stats().Leaked.
 package client

@@ -16,6 +16,9 @@ func isClosedHandle(t *testing.T, what string, err error) {
 	if !errors.Is(err, client.ErrHandleClosed) {
 		t.Fatalf("%s after its Close: %v, want ErrHandleClosed", what, err)
 	}
+	if !strings.Contains(err.Error(), "was already closed") {
+		t.Fatalf("%s after its Close: %q does not say the handle was already closed", what, err)
+	}
 	if errors.Is(err, client.ErrClosed) || errors.Is(err, wire.ErrRouterLost) {
 		t.Fatalf("%s after its Close: %v also claims the client or router ended", what, err)
 	}
