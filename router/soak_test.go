@@ -35,7 +35,7 @@ import (
 // interleaving is still the scheduler's).
 
 var (
-	soakSeconds = flag.Float64("soak", 0, "run the soak test for this many `seconds` (default 10, as CI runs it; an hour by hand: -soak 3600)")
+	soakSeconds = flag.Float64("soak", 0, "run the soak test for this many `seconds` (default 10, as CI runs it); an hour by hand: go test -run TestSoak -timeout 0 ./router/ -args -soak 3600")
 	soakSeed    = flag.Uint64("soak.seed", 0, "seed the soak test's random choices (default: from the clock)")
 )
 
