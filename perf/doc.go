@@ -10,7 +10,7 @@
 // 40 ms per frame) and attached to a call to every agent service. Every
 // latency is kept sample by sample; the report prints p50/p95/p99 beside
 // the matching baseline, the Rust crate's figures and the targets of
-// DESIGN.md.
+// docs/design.md.
 //
 // The router runs as its own process by default (`flybus serve`, measured
 // through /proc and its /metrics endpoint) or embedded in the harness

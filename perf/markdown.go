@@ -274,7 +274,7 @@ func (r *Report) writeTargets(b *strings.Builder) {
 	if len(r.Schedules) == 0 {
 		return
 	}
-	b.WriteString("## Targets (DESIGN.md)\n\nEach cell: p50 over the baseline's back-to-back p50 (the verdict), then over its p50 paced at 60 Hz.\n\n| target |")
+	b.WriteString("## Targets (docs/design.md)\n\nEach cell: p50 over the baseline's back-to-back p50 (the verdict), then over its p50 paced at 60 Hz.\n\n| target |")
 	for _, s := range r.Schedules {
 		fmt.Fprintf(b, " %s |", agentsName(s.Agents))
 	}

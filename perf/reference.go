@@ -1,7 +1,8 @@
 package perf
 
-// rustReference holds the Rust crate's figures from the "Measured on the
-// dev VM" table of spec/bus-conformance-rust.txt: two release runs, 2 s
+// rustReference holds the figures a prior Rust implementation of the same
+// protocol published for its dev VM (docs/perf.md prints them beside ours):
+// two release runs, 2 s
 // per schedule (120 frames), router and clients in one process on a
 // 4-CPU VM, each cell the range over the two runs. Keys are report rows;
 // the values are for 1, 2 and 4 agents.

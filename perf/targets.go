@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Target is one of DESIGN.md's performance targets checked on one
+// Target is one of the performance targets of docs/design.md checked on one
 // schedule: a figure's p50 under a multiple of its baseline's p50. The
 // verdict (Met) is against the baseline measured back to back, as the
 // targets were written; PacedMet is the same check against the baseline
@@ -51,7 +51,7 @@ func fillName(f Fill) string {
 	return "through Write"
 }
 
-// checkTargets evaluates every DESIGN.md target on one schedule; ping-pong
+// checkTargets evaluates every docs/design.md target on one schedule; ping-pong
 // targets use the ping-pong of the router's topology.
 func checkTargets(b *Baselines, s *Schedule, fill Fill, embedded bool) []Target {
 	if b == nil {

@@ -31,7 +31,7 @@ func benchStoreRoot(b *testing.B) string {
 
 // BenchmarkArtifactFrame measures, for one 1,228,800-byte frame through the
 // router over a Unix socket, each step a producer and a consumer pay, beside
-// the baselines DESIGN.md judges them by, all in one run.
+// the baselines docs/design.md judges them by, all in one run.
 func BenchmarkArtifactFrame(b *testing.B) {
 	root := benchStoreRoot(b)
 	r, err := router.New(router.Config{Policy: router.OpenPolicy(), StoreRoot: root})
