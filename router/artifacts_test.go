@@ -66,7 +66,9 @@ func sealedFiles(t *testing.T, h *harness) int {
 func settled(h *harness) func() bool {
 	return func() bool {
 		s := h.r.Stats()
-		return s.Artifacts == 0 && s.ArtifactRoots == 0 && s.Owners == 0 && s.StoreBytes == 0
+		// StoreFiles falls only once a collected file's unlink has run,
+		// which is after the step that dropped its last root.
+		return s.Artifacts == 0 && s.ArtifactRoots == 0 && s.Owners == 0 && s.StoreBytes == 0 && s.StoreFiles == 0
 	}
 }
 

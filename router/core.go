@@ -43,6 +43,10 @@ type core struct {
 	stats counters
 	buf   []byte // scratch for encoding reply and notice bodies
 
+	// lastViolation is the reason of the latest protocol close, for the
+	// shell's log line; the shell reads it in the step that closed.
+	lastViolation string
+
 	// bodies are the decode targets of command bodies: the core runs one
 	// command at a time, so one of each serves, and decoding allocates
 	// nothing. Handlers copy whatever they keep.
@@ -83,6 +87,7 @@ type counters struct {
 	publications     uint64
 	seals            uint64
 	collected        uint64
+	acceptRetries    uint64 // counted by the listeners, kept here with the rest
 }
 
 func newCore(l wire.Limits, p Policy, rid wire.RouterID, sid wire.StoreID) *core {
@@ -116,12 +121,16 @@ func (k *core) takeDirty(dst []*conn) []*conn {
 
 // accept registers a new transport. bound is the launcher's client id, or
 // "" for an unbound (self-asserted) transport. It fails when the router is
-// full, counting connections that have not finished hello.
+// full, counting connections that have not finished hello; boundPending
+// keeps those to a share of the slots.
 func (k *core) accept(bound string) (*conn, error) {
 	if bound == "" && !k.policy.IsOpen() {
 		return nil, wire.NewError(wire.ErrNotAuthorized, 0, "unbound transports need an open policy")
 	}
 	if len(k.conns) >= k.limits.MaxClients {
+		// QUOTA_EXCEEDED, not BACKPRESSURE: maxClients is a configured
+		// bound the hello reports, and BACKPRESSURE means a queue that will
+		// drain once someone reads. The shell sends it as connection.closing.
 		k.stats.refusals[wire.ErrQuotaExceeded]++
 		return nil, wire.NewError(wire.ErrQuotaExceeded, 0, "maxClients connections already open")
 	}
@@ -131,6 +140,34 @@ func (k *core) accept(bound string) (*conn, error) {
 	k.pending++
 	k.stats.connectionsTotal++
 	return c, nil
+}
+
+// boundPending closes the oldest connections still in hello while more
+// than max are. Evicting the oldest rather than refusing the newest is what
+// keeps a flood of silent connections from locking everyone out: a client
+// that says hello at once is closed only if max more connections arrive
+// before its hello does, while a silent one is the first to go.
+func (k *core) boundPending(max int) {
+	for k.pending > max {
+		var oldest *conn
+		for _, c := range k.conns {
+			if !c.helloDone && !c.closing && (oldest == nil || c.id < oldest.id) {
+				oldest = c
+			}
+		}
+		if oldest == nil {
+			return
+		}
+		k.stats.refusals[wire.ErrQuotaExceeded]++
+		k.closeConn(oldest, wire.ErrQuotaExceeded, "too many connections waiting for bus.hello: the oldest is closed")
+	}
+}
+
+// defaultMaxPending is the pending-hello bound for maxClients slots: a
+// quarter, at least 4 (so small routers still accept a few connections at
+// once), at most all of them.
+func defaultMaxPending(maxClients int) int {
+	return min(maxClients, max(maxClients/4, 4))
 }
 
 // handle runs one decoded command from c. decErr is the body-level error
@@ -278,7 +315,11 @@ const controlOverhead = 160
 
 // violation closes c after a frame- or envelope-level error.
 func (k *core) violation(c *conn, msg string) {
+	if c.closing || c.gone {
+		return
+	}
 	k.stats.protocolCloses++
+	k.lastViolation = msg
 	k.closeConn(c, wire.ErrInvalidEnvelope, msg)
 }
 
@@ -376,7 +417,7 @@ func (k *core) hello(c *conn, env *wire.Envelope) {
 		return
 	}
 	if c.bound != "" && c.bound != h.ClientID {
-		fail(wire.ErrNotAuthorized, "this endpoint is bound to another client id")
+		fail(wire.ErrNotAuthorized, `this endpoint is bound to client id "`+c.bound+`"; connect as `+c.bound)
 		return
 	}
 	g, ok := k.policy.grants(h.ClientID)
@@ -431,6 +472,7 @@ type Stats struct {
 	CallsTotal       uint64
 	ProtocolCloses   uint64
 	ControlOverflows uint64
+	AcceptRetries    uint64 // accept failures a listener backed off from and retried
 	Publications     uint64
 	Seals            uint64 // sealed artifacts published
 	LeaseSeals       uint64 // seals that moved no bytes (write lease granted)
@@ -446,7 +488,7 @@ func (k *core) snapshot() Stats {
 	s := Stats{
 		Connections: len(k.conns), PendingHello: k.pending, Services: len(k.services),
 		ConnectionsTotal: k.stats.connectionsTotal, CallsTotal: k.stats.callsTotal,
-		ProtocolCloses: k.stats.protocolCloses, ControlOverflows: k.stats.controlOverflows,
+		ProtocolCloses: k.stats.protocolCloses, ControlOverflows: k.stats.controlOverflows, AcceptRetries: k.stats.acceptRetries,
 		Publications: k.stats.publications, Refusals: map[string]uint64{},
 		Topics: len(k.topics), Subscriptions: k.subCount, RetainedBytes: k.retainedBytes,
 		Artifacts: len(k.artifacts), StoreBytes: k.storeBytes, Seals: k.stats.seals, Collected: k.stats.collected,

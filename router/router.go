@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -125,6 +126,11 @@ func privateStoreRoot() (string, error) {
 	bases = append(bases, os.TempDir())
 	var errs []error
 	for _, b := range bases {
+		// The store refuses a root with a symlink in its path, and some
+		// systems link /dev/shm to /run/shm: make it under the real path.
+		if real, err := filepath.EvalSymlinks(b); err == nil {
+			b = real
+		}
 		dir, err := os.MkdirTemp(b, "flybus-router-")
 		if err == nil {
 			return dir, nil

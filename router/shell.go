@@ -3,6 +3,7 @@ package router
 import (
 	"errors"
 	"net"
+	"os"
 	"time"
 
 	"github.com/flybus/flybus/wire"
@@ -27,6 +28,23 @@ const closeGrace = 2 * time.Second
 // writeBatch is how many frames a writer pulls per lock acquisition.
 const writeBatch = 32
 
+// defaultFrameTimeout is Config.FrameTimeout's default.
+const defaultFrameTimeout = 10 * time.Second
+
+func (r *Router) frameTimeout() time.Duration {
+	if r.cfg.FrameTimeout > 0 {
+		return r.cfg.FrameTimeout
+	}
+	return defaultFrameTimeout
+}
+
+func (r *Router) maxPendingHello() int {
+	if r.cfg.MaxPendingHello > 0 {
+		return r.cfg.MaxPendingHello
+	}
+	return defaultMaxPending(r.cfg.Limits.MaxClients)
+}
+
 func (sh *shell) wake() {
 	select {
 	case sh.kick <- struct{}{}:
@@ -44,7 +62,12 @@ func (sh *shell) helloExpired() {
 
 func (sh *shell) readLoop() {
 	defer sh.r.wg.Done()
-	fr := wire.NewFrameReader(sh.nc)
+	// This connection is one more waiting for hello; past the bound, the
+	// oldest of them goes.
+	limit := sh.r.maxPendingHello()
+	sh.r.step(func(k *core) { k.boundPending(limit) })
+	fc := &frameClock{nc: sh.nc, limit: sh.r.frameTimeout()}
+	fr := wire.NewFrameReader(fc)
 	var dec wire.Decoder
 	var env wire.Envelope
 	// Declared once: errors.As takes their addresses, which would otherwise
@@ -55,9 +78,12 @@ func (sh *shell) readLoop() {
 		frame, err := fr.ReadFrame()
 		if err != nil {
 			var pe *wire.ProtocolError
-			if errors.As(err, &pe) {
-				sh.r.step(func(k *core) { k.violation(sh.c, pe.Msg) })
-			} else {
+			switch {
+			case errors.As(err, &pe):
+				sh.violation(pe.Msg)
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				sh.violation("a frame was not completed within " + fc.limit.String() + " of its first byte")
+			default:
 				// The peer left (or we closed): nothing more will be read.
 				sh.r.step(func(k *core) { k.drop(sh.c) })
 				sh.nc.Close()
@@ -65,25 +91,113 @@ func (sh *shell) readLoop() {
 			}
 			return
 		}
+		fc.frameDone(fr.Buffered())
 		derr := dec.Decode(frame, &env)
 		pe, be = nil, nil
 		switch {
 		case errors.As(derr, &pe):
-			sh.r.step(func(k *core) { k.violation(sh.c, pe.Msg) })
+			sh.violation(pe.Msg)
 			return
 		case derr != nil && !errors.As(derr, &be):
-			sh.r.step(func(k *core) { k.violation(sh.c, derr.Error()) })
+			sh.violation(derr.Error())
 			return
 		}
 		closing := false
+		var why string
 		sh.r.step(func(k *core) {
+			n := k.stats.protocolCloses
 			k.handle(sh.c, &env, be)
 			closing = sh.c.closing
+			if k.stats.protocolCloses != n {
+				why = k.lastViolation
+			}
 		})
+		if why != "" {
+			sh.logViolation(why)
+		}
 		if closing {
 			return
 		}
 	}
+}
+
+// violation closes the connection for a frame- or envelope-level error
+// the reader found, and logs it.
+func (sh *shell) violation(msg string) {
+	closed := false
+	sh.r.step(func(k *core) {
+		n := k.stats.protocolCloses
+		k.violation(sh.c, msg)
+		closed = k.stats.protocolCloses != n
+	})
+	if closed {
+		sh.logViolation(msg)
+	}
+}
+
+// logViolation says which client was closed and why: the client only
+// sees connection.closing, and an operator needs the reason too. The
+// identity is read under the lock; hello may have set it.
+func (sh *shell) logViolation(why string) {
+	sh.r.mu.Lock()
+	id, client := sh.c.id, sh.c.ident.ClientID
+	sh.r.mu.Unlock()
+	sh.r.cfg.Logger.Info("closing a client for a protocol violation",
+		"connectionId", id.String(), "clientId", client, "reason", why)
+}
+
+// frameClock is the reader's transport. It bounds how long a frame may
+// take once its first byte has arrived, as HTTP servers bound a request
+// header, so a peer cannot hold its reader (and its slot) with a frame it
+// never finishes; between frames a connection may sit idle for ever.
+//
+// The deadline is armed only when a frame is left incomplete by a read,
+// and left armed after the frame ends, which costs nothing: a stale
+// deadline that expires while the connection is idle is cleared and the
+// read retried. A frame that arrives whole in one read touches no
+// deadline at all.
+type frameClock struct {
+	nc      net.Conn
+	limit   time.Duration
+	inFrame bool      // bytes of an unfinished frame are buffered
+	due     time.Time // that frame's deadline, zero until its reader first waits
+	armed   time.Time // the read deadline set on nc, zero for none
+}
+
+func (fc *frameClock) Read(p []byte) (int, error) {
+	if fc.inFrame {
+		if fc.due.IsZero() {
+			fc.due = time.Now().Add(fc.limit)
+		}
+		if !fc.armed.Equal(fc.due) {
+			if err := fc.nc.SetReadDeadline(fc.due); err != nil {
+				return 0, err
+			}
+			fc.armed = fc.due
+		}
+	}
+	for {
+		n, err := fc.nc.Read(p)
+		if n > 0 {
+			fc.inFrame = true
+		}
+		if n == 0 && !fc.inFrame && !fc.armed.IsZero() && errors.Is(err, os.ErrDeadlineExceeded) {
+			if err := fc.nc.SetReadDeadline(time.Time{}); err != nil {
+				return 0, err
+			}
+			fc.armed = time.Time{}
+			continue
+		}
+		return n, err
+	}
+}
+
+// frameDone is told that a whole frame was read, with buffered bytes read
+// past it: the start of the next frame, whose clock starts when the reader
+// first waits for the rest of it.
+func (fc *frameClock) frameDone(buffered int) {
+	fc.inFrame = buffered > 0
+	fc.due = time.Time{}
 }
 
 func (sh *shell) writeLoop() {

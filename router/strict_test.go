@@ -241,11 +241,8 @@ func TestMaxClientsCountsPendingConnections(t *testing.T) {
 			}
 			return
 		}
-		// The third socket is refused: closed without a frame.
-		c := newRaw(t, h.conn(""))
-		if err := c.next(); err == nil {
-			t.Fatal("third connection was served")
-		}
+		// The third socket is refused, and told why before it is closed.
+		newRaw(t, h.conn("")).expectClosed(wire.ErrQuotaExceeded)
 	})
 }
 

@@ -22,9 +22,14 @@ var (
 	ErrClosed = errors.New("store closed")
 	// ErrUnsafeRoot means the store root (or a directory above it) could
 	// let another user replace or read the store: a symlink, a group- or
-	// world-writable mode, a world-writable parent without the sticky bit,
-	// or another owner. The detail names the path and the problem.
+	// world-writable mode, a writable parent without the sticky bit, or
+	// another owner. The detail names the path and the problem.
 	ErrUnsafeRoot = errors.New("unsafe store root")
+	// ErrReplaced means the name Seal was given no longer leads to the
+	// staging file the store created: it was replaced (a hard link to
+	// another file, a rename over it) or linked elsewhere. The router
+	// answers STORE_FAILURE and publishes nothing.
+	ErrReplaced = errors.New("staging file replaced")
 )
 
 // Error reports a failed store operation. Err is one of the fixed causes

@@ -24,6 +24,9 @@ func (s *Store) Remove(relPath string) error {
 	if k == kindStaging && s.pool.owns(seq) {
 		return &Error{Op: "remove", RelPath: relPath, Err: ErrInvalidPath}
 	}
+	if k == kindStaging {
+		s.takeStaging(seq)
+	}
 	switch err := unix.Unlinkat(s.dirfd, relPath, 0); err {
 	case nil:
 	case unix.ENOENT:

@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -52,6 +53,10 @@ type Sealed struct {
 // staging file, so a producer that kept a descriptor or a writable mapping
 // writes only to an orphan from then on.
 //
+// Only the inode Stage created under relPath is sealed, and only while it
+// has that one name: a file put in its place (a hard link to another file,
+// a rename over it) or given a second name fails with ErrReplaced.
+//
 // Whatever the outcome, the staging file is gone afterwards: on failure
 // Seal removes it and any partial copy. Seal never waits for the producer.
 func (s *Store) Seal(relPath string, wantSize int64, digest *[32]byte) (Sealed, error) {
@@ -67,8 +72,11 @@ func (s *Store) Seal(relPath string, wantSize int64, digest *[32]byte) (Sealed, 
 	if s.pool.owns(seq) {
 		return Sealed{}, &Error{Op: "seal", RelPath: relPath, Err: ErrInvalidPath}
 	}
+	// The staging file is gone after this call whatever happens, so its
+	// record goes now.
+	id, known := s.takeStaging(seq)
 	sealed := fileName(kindSealed, seq)
-	path, err := s.seal(relPath, sealed, seq, wantSize, digest)
+	path, err := s.seal(relPath, sealed, seq, id, known, wantSize, digest)
 	if err != nil {
 		if derr := s.dropStaging(relPath); derr != nil {
 			err = errors.Join(err, derr)
@@ -90,7 +98,7 @@ func (s *Store) Seal(relPath string, wantSize int64, digest *[32]byte) (Sealed, 
 	return Sealed{RelPath: sealed, Size: wantSize, Path: path}, nil
 }
 
-func (s *Store) seal(staging, sealed string, seq uint64, want int64, digest *[32]byte) (SealPath, error) {
+func (s *Store) seal(staging, sealed string, seq uint64, id fileID, known bool, want int64, digest *[32]byte) (SealPath, error) {
 	// O_NONBLOCK only guards against hanging on a FIFO planted under a
 	// staging name; it changes nothing for a regular file.
 	fd, err := unix.Openat(s.dirfd, staging, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
@@ -98,13 +106,25 @@ func (s *Store) seal(staging, sealed string, seq uint64, want int64, digest *[32
 		return 0, os.NewSyscallError("openat", err)
 	}
 	defer unix.Close(fd)
+	// Whoever can write the store directory can put another file under
+	// the staging name (a hard link, a rename over it); its bytes must not
+	// become the artifact, so only the inode created under that name, with
+	// no other name, is sealed. From here on everything is read through
+	// fd, which cannot change inode.
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, os.NewSyscallError("fstat", err)
+	}
+	if err := checkStaging(&st, id, known); err != nil {
+		return 0, err
+	}
 
 	leased, err := setLease(fd)
 	if err != nil {
 		return 0, err
 	}
 	if leased {
-		done, err := s.sealInPlace(fd, staging, sealed, want, digest)
+		done, err := s.sealInPlace(fd, staging, sealed, idOf(&st), want, digest)
 		// Dropping the lease lets any open that blocked on it go ahead;
 		// the file is read-only under its sealed name by then.
 		unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_UNLCK)
@@ -130,18 +150,50 @@ func setLease(fd int) (bool, error) {
 	}
 }
 
+// checkStaging refuses a staging file that is not the inode the store
+// created (id; known is false if it created none under this name), or that
+// has another name.
+func checkStaging(st *unix.Stat_t, id fileID, known bool) error {
+	switch {
+	case !known:
+		return fmt.Errorf("%w: the store staged no file under this name", ErrReplaced)
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return fmt.Errorf("%w: not a regular file", ErrReplaced)
+	case idOf(st) != id:
+		return fmt.Errorf("%w: the name leads to inode %d, not to the file the store created (inode %d)", ErrReplaced, st.Ino, id.ino)
+	case st.Nlink != 1:
+		// Another name is a way to open the inode for writing once it
+		// is sealed, or a file the producer could not otherwise publish.
+		return fmt.Errorf("%w: the file has %d links, not 1", ErrReplaced, st.Nlink)
+	}
+	return nil
+}
+
+// checkNamed refuses a sealed name that does not lead to inode id: the
+// name was swapped while the seal ran. The file is unlinked.
+func (s *Store) checkNamed(name string, id fileID) error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(s.dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return os.NewSyscallError("fstatat", err)
+	}
+	if idOf(&st) != id {
+		unix.Unlinkat(s.dirfd, name, 0)
+		return fmt.Errorf("%w: %s was swapped while it was sealed", ErrReplaced, name)
+	}
+	return nil
+}
+
 // sealInPlace checks, freezes and renames a leased staging file. It reports
 // false, with no error, when the file must be copied after all.
-func (s *Store) sealInPlace(fd int, staging, sealed string, want int64, digest *[32]byte) (bool, error) {
+func (s *Store) sealInPlace(fd int, staging, sealed string, id fileID, want int64, digest *[32]byte) (bool, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return false, os.NewSyscallError("fstat", err)
 	}
-	// The lease counts open files, not names. A second hard link is a name
-	// through which the inode could be opened for writing once the lease is
-	// dropped, so such a file is copied instead.
+	// The lease counts open files, not names, and link(2) does not break
+	// it: a name added since the first check is refused the same way.
 	if st.Nlink != 1 {
-		return false, nil
+		return false, fmt.Errorf("%w: the file has %d links, not 1", ErrReplaced, st.Nlink)
 	}
 	if st.Size != want {
 		return false, sizeMismatch(st.Size, want)
@@ -156,6 +208,12 @@ func (s *Store) sealInPlace(fd int, staging, sealed string, want int64, digest *
 	}
 	if err := unix.Renameat2(s.dirfd, staging, s.dirfd, sealed, unix.RENAME_NOREPLACE); err != nil {
 		return false, os.NewSyscallError("renameat2", err)
+	}
+	// The rename goes by name, and a lease does not stop a rename over the
+	// staging name while the bytes were checked.
+	if err := s.checkNamed(sealed, id); err != nil {
+		s.st.staging.Add(-1) // the rename consumed the staging name
+		return true, err
 	}
 	return true, nil
 }
@@ -182,12 +240,20 @@ func (s *Store) sealByCopy(src int, staging, sealed string, seq uint64, want int
 			err = os.NewSyscallError("fchmod", ferr)
 		}
 	}
+	var st unix.Stat_t
+	if err == nil {
+		if serr := unix.Fstat(dst, &st); serr != nil {
+			err = os.NewSyscallError("fstat", serr)
+		}
+	}
 	if cerr := unix.Close(dst); err == nil && cerr != nil {
 		err = os.NewSyscallError("close", cerr)
 	}
 	if err == nil {
 		if rerr := unix.Renameat2(s.dirfd, tmp, s.dirfd, sealed, unix.RENAME_NOREPLACE); rerr != nil {
 			err = os.NewSyscallError("renameat2", rerr)
+		} else {
+			err = s.checkNamed(sealed, idOf(&st))
 		}
 	}
 	if err != nil {

@@ -36,22 +36,35 @@ func (s *Store) Stage(size int64) (Staging, error) {
 		return Staging{RelPath: fileName(kindStaging, seq), Size: size}, nil
 	}
 	s.st.poolMisses.Add(1)
-	name := fileName(kindStaging, s.seq.Add(1))
-	if err := s.createStaging(name, size); err != nil {
+	seq := s.seq.Add(1)
+	name := fileName(kindStaging, seq)
+	if err := s.createStaging(seq, size); err != nil {
 		return Staging{}, &Error{Op: "stage", RelPath: name, Err: err}
 	}
 	s.st.staging.Add(1)
 	return Staging{RelPath: name, Size: size}, nil
 }
 
-// createStaging creates name as a new inode of size allocated bytes and
-// closes it. On error nothing is left behind.
-func (s *Store) createStaging(name string, size int64) error {
+// fileID is an inode's identity. Seal checks that a staging name still
+// leads to the inode the store created under it.
+type fileID struct{ dev, ino uint64 }
+
+func idOf(st *unix.Stat_t) fileID { return fileID{dev: uint64(st.Dev), ino: st.Ino} }
+
+// createStaging creates staging file seq as a new inode of size allocated
+// bytes, records its identity and closes it. On error nothing is left
+// behind.
+func (s *Store) createStaging(seq uint64, size int64) error {
+	name := fileName(kindStaging, seq)
 	fd, err := unix.Openat(s.dirfd, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return os.NewSyscallError("openat", err)
 	}
-	if size > 0 {
+	var st unix.Stat_t
+	if err = unix.Fstat(fd, &st); err != nil {
+		err = os.NewSyscallError("fstat", err)
+	}
+	if err == nil && size > 0 {
 		err = fallocate(fd, size)
 	}
 	if cerr := unix.Close(fd); err == nil && cerr != nil {
@@ -59,8 +72,22 @@ func (s *Store) createStaging(name string, size int64) error {
 	}
 	if err != nil {
 		unix.Unlinkat(s.dirfd, name, 0)
+		return err
 	}
-	return err
+	s.inoMu.Lock()
+	s.inodes[seq] = idOf(&st)
+	s.inoMu.Unlock()
+	return nil
+}
+
+// takeStaging removes and returns the identity recorded for staging file
+// seq; false if the store never created it (or already sealed it).
+func (s *Store) takeStaging(seq uint64) (fileID, bool) {
+	s.inoMu.Lock()
+	defer s.inoMu.Unlock()
+	id, ok := s.inodes[seq]
+	delete(s.inodes, seq)
+	return id, ok
 }
 
 // fallocate allocates size bytes at the start of fd. tmpfs gives up with
@@ -108,15 +135,15 @@ func (s *Store) refill() {
 }
 
 func (s *Store) runJob(j job) error {
-	name := fileName(kindStaging, j.seq)
 	if j.drop {
-		if err := unix.Unlinkat(s.dirfd, name, 0); err != nil && err != unix.ENOENT {
+		s.takeStaging(j.seq)
+		if err := unix.Unlinkat(s.dirfd, fileName(kindStaging, j.seq), 0); err != nil && err != unix.ENOENT {
 			return os.NewSyscallError("unlinkat", err)
 		}
 		s.st.pooled.Add(-1)
 		return nil
 	}
-	if err := s.createStaging(name, j.size); err != nil {
+	if err := s.createStaging(j.seq, j.size); err != nil {
 		return err
 	}
 	s.st.pooled.Add(1)

@@ -15,7 +15,12 @@ import (
 // Config describes the store a router opens.
 type Config struct {
 	// Root is the directory that holds the stores of every router
-	// incarnation. It is created, mode 0700, if missing.
+	// incarnation. It is created, mode 0700, if missing (and so are its
+	// missing parents). Open refuses, with ErrUnsafeRoot, a root that
+	// another user could replace or write into: a symlink anywhere in its
+	// path, a root not owned by this user or writable by group or others,
+	// a directory above it owned by another user (root aside) or writable
+	// by others without the sticky bit.
 	Root string
 	// ID names this incarnation's directory under Root: "store-" and 16
 	// lowercase hex digits. Empty means a fresh NewID.
@@ -51,6 +56,9 @@ type Store struct {
 	pool *pool
 	st   counters
 
+	inoMu  sync.Mutex
+	inodes map[uint64]fileID // every staging file not yet sealed or removed, by sequence
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -81,7 +89,7 @@ func Open(cfg Config) (*Store, error) {
 		sizes = defaultPoolSizes
 	}
 
-	if err := os.MkdirAll(root, 0o700); err != nil {
+	if err := prepareRoot(root); err != nil {
 		return nil, &Error{Op: "open", Err: err}
 	}
 	orphans, err := sweep(root)
@@ -95,6 +103,7 @@ func Open(cfg Config) (*Store, error) {
 		orphans: orphans,
 		dirfd:   -1,
 		marker:  -1,
+		inodes:  map[uint64]fileID{},
 	}
 	if made, err := s.create(); err != nil {
 		s.closeFDs()
