@@ -3,27 +3,40 @@ package perf
 import (
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// progress rewrites one status line on a terminal once a second. A nil
-// *progress does nothing.
+// progress shows what the run is doing. On a terminal it rewrites one
+// status line once a second; anywhere else (a log file, a CI console, a
+// pipe) carriage returns would pile up into one unreadable line, so it
+// writes plain lines: one per phase, and a running schedule's figures
+// every plainEvery seconds. A nil *progress does nothing.
 type progress struct {
 	w      io.Writer
+	tty    bool
 	mu     sync.Mutex
 	status func() string
-	width  int // of the last line written
+	width  int    // of the last line written (terminal)
+	last   string // the last line written (plain)
+	ticks  int
 	stopc  chan struct{}
 	done   chan struct{}
 }
+
+// plainEvery is how many seconds apart plain lines repeat a running
+// status; a terminal line is redrawn every second.
+const plainEvery = 5
 
 func startProgress(w io.Writer) *progress {
 	if w == nil {
 		return nil
 	}
-	p := &progress{w: w, stopc: make(chan struct{}), done: make(chan struct{})}
+	p := &progress{w: w, tty: isTerminal(w), stopc: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		t := time.NewTicker(time.Second)
@@ -31,7 +44,7 @@ func startProgress(w io.Writer) *progress {
 		for {
 			select {
 			case <-t.C:
-				p.draw()
+				p.tick()
 			case <-p.stopc:
 				return
 			}
@@ -40,13 +53,24 @@ func startProgress(w io.Writer) *progress {
 	return p
 }
 
+// isTerminal reports whether w is a terminal: only a terminal has
+// termios settings.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
 // set changes what the line shows; f is called once a second.
 func (p *progress) set(f func() string) {
 	if p == nil {
 		return
 	}
 	p.mu.Lock()
-	p.status = f
+	p.status, p.ticks = f, 0
 	p.mu.Unlock()
 	p.draw()
 }
@@ -57,6 +81,16 @@ func (p *progress) phase(format string, args ...any) {
 	p.set(func() string { return s })
 }
 
+func (p *progress) tick() {
+	p.mu.Lock()
+	p.ticks++
+	due := p.tty || p.ticks%plainEvery == 0
+	p.mu.Unlock()
+	if due {
+		p.draw()
+	}
+}
+
 func (p *progress) draw() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -64,6 +98,13 @@ func (p *progress) draw() {
 		return
 	}
 	line := "perf: " + p.status()
+	if !p.tty {
+		if line != p.last {
+			fmt.Fprintln(p.w, line)
+			p.last = line
+		}
+		return
+	}
 	pad := ""
 	if n := p.width - len(line); n > 0 {
 		pad = strings.Repeat(" ", n) // blank what a longer line left
@@ -72,7 +113,8 @@ func (p *progress) draw() {
 	p.width = len(line)
 }
 
-// stop ends the line with a newline, leaving the last status visible.
+// stop ends the terminal line with a newline, leaving the last status
+// visible; plain lines are already complete.
 func (p *progress) stop() {
 	if p == nil {
 		return
@@ -81,7 +123,7 @@ func (p *progress) stop() {
 	<-p.done
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.width > 0 {
+	if p.tty && p.width > 0 {
 		fmt.Fprintln(p.w)
 	}
 }

@@ -22,25 +22,66 @@ var callCmd = &command{
 }
 
 type callOptions struct {
+	artifactOptions
 	client  string
 	timeout time.Duration
 }
 
 func callFlags(o *callOptions) *flag.FlagSet {
 	set := newFlagSet("call")
-	set.StringVar(&o.client, "client", "flybus-cli", "connect as client `ID` (a bound socket admits only its own id)")
-	set.DurationVar(&o.timeout, "timeout", 10*time.Second, "give up after `D`, connecting included; the call is then abandoned")
+	o.define(set)
+	set.StringVar(&o.client, "client", "", clientFlagUsage)
+	durationVar(set, &o.timeout, "timeout", 10*time.Second, "give up after `D`, connecting included; the call is then abandoned")
 	return set
 }
 
 func callUsage() string {
-	notes := `Connects to SOCKET, calls METHOD on SERVICE with the JSON object as payload,
-prints the outcome JSON to stdout and exits 0. A refusal or failure prints
-CODE: message (dispatch) to stderr and exits 1.
-`
-	return usageText("flybus call SOCKET SERVICE METHOD JSON [--client ID] [--timeout D]",
+	notes := `Connects to SOCKET, calls METHOD on SERVICE with the JSON object as payload
+(and the --artifact files attached), prints the outcome JSON to stdout and
+exits 0. A refusal or failure prints CODE: message to stderr and exits 1.
+
+` + payloadNotes
+	return usageText("flybus call SOCKET SERVICE METHOD JSON|@FILE|- [--artifact NAME=FILE]... [--store DIR] [--client ID] [--timeout D]",
 		"Call a service through a running router and print its outcome.", callFlags(&callOptions{}), notes,
-		"  flybus call /tmp/coord.sock agent.fly-a Agent.Prepare '{\"frames\":3}' --client coordinator\n")
+		walkExample("call"))
+}
+
+// callPlan is a checked call command line.
+type callPlan struct {
+	socket, service, method string
+	payload                 []byte
+	files                   []pubFile
+}
+
+// plan checks the command line before anything is opened or connected
+// (a payload from @FILE or stdin is read); the error is a usage error's
+// message. Arguments the router would refuse are caught here.
+func (o *callOptions) plan(pos []string) (*callPlan, error) {
+	if len(pos) != 4 {
+		return nil, fmt.Errorf("want SOCKET SERVICE METHOD JSON, got %d arguments", len(pos))
+	}
+	p := &callPlan{socket: pos[0], service: pos[1], method: pos[2]}
+	if err := checkName("service", p.service); err != nil {
+		return nil, err
+	}
+	if !wire.ValidMethod(p.method) {
+		return nil, fmt.Errorf("%q is not a method name (1-128 printable ASCII characters)", p.method)
+	}
+	payload, err := readPayload(pos[3])
+	if err != nil {
+		return nil, err
+	}
+	if msg := payload.check(); msg != "" {
+		return nil, errors.New(msg)
+	}
+	p.payload = payload.data
+	if msg := checkClientFlags(o.client, o.timeout); msg != "" {
+		return nil, errors.New(msg)
+	}
+	if p.files, err = o.files(); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 func runCall(c *command, args []string, stdout, stderr io.Writer) int {
@@ -49,23 +90,16 @@ func runCall(c *command, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	if len(pos) != 4 {
-		return usageError(c, stderr, fmt.Sprintf("want SOCKET SERVICE METHOD JSON, got %d arguments", len(pos)))
+	p, err := o.plan(pos)
+	if err != nil {
+		return usageError(c, stderr, err.Error())
 	}
-	socket, service, method, payload := pos[0], pos[1], pos[2], []byte(pos[3])
-	// Arguments the router would refuse are caught here, as usage errors.
-	switch {
-	case !wire.ValidName(service):
-		return usageError(c, stderr, fmt.Sprintf("%q is not a service name", service))
-	case !wire.ValidMethod(method):
-		return usageError(c, stderr, fmt.Sprintf("%q is not a method name (1-128 printable ASCII characters)", method))
-	case wire.Valid(payload) != nil || payload[0] != '{':
-		return usageError(c, stderr, fmt.Sprintf("the payload must be a JSON object, not %s", payload))
-	case !wire.ValidID(o.client):
-		return usageError(c, stderr, fmt.Sprintf("%q is not a valid client id", o.client))
-	case o.timeout <= 0:
-		return usageError(c, stderr, "--timeout must be positive")
+	srcs, err := openSources(p.files)
+	if err != nil {
+		fmt.Fprintf(stderr, "flybus call: %v\n", err)
+		return exitUsage
 	}
+	defer closeSources(srcs)
 
 	// Ctrl-C abandons the call properly (a cancel) instead of vanishing.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -73,12 +107,19 @@ func runCall(c *command, args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 
-	bus, err := client.ConnectUnix(ctx, socket, client.Config{ClientID: o.client})
+	bus, id, err := connectTool(ctx, p.socket, c.name, o.client, client.Config{StoreRoot: o.store})
+	if err != nil {
+		callFailed(stderr, o, err)
+		connectHints(stderr, c.name, id, err)
+		return exitFailure
+	}
+	defer bus.Close()
+	atts, err := uploadAll(ctx, bus, srcs, o.store)
+	defer closeAttachments(atts)
 	if err != nil {
 		return callFailed(stderr, o, err)
 	}
-	defer bus.Close()
-	res, err := bus.CallAndWait(ctx, service, 0, method, wire.RawJSON(payload))
+	res, err := bus.CallAndWait(ctx, p.service, 0, p.method, wire.RawJSON(p.payload), atts...)
 	if err != nil {
 		return callFailed(stderr, o, err)
 	}
@@ -87,13 +128,16 @@ func runCall(c *command, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// callFailed prints a bus error in its own words (CODE: message (dispatch))
-// and anything else prefixed with the command.
+// callFailed prints a bus error in its own words (CODE: message) and
+// anything else prefixed with the command.
 func callFailed(stderr io.Writer, o *callOptions, err error) int {
 	var be *wire.BusError
 	switch {
 	case errors.As(err, &be):
-		fmt.Fprintln(stderr, be.Error())
+		fmt.Fprintln(stderr, err.Error())
+		if tooLarge(err) {
+			fmt.Fprintf(stderr, "flybus call: %s\n", oversizeHint("the call is too large"))
+		}
 	case errors.Is(err, context.DeadlineExceeded):
 		fmt.Fprintf(stderr, "flybus call: no outcome within %v\n", o.timeout)
 	case errors.Is(err, context.Canceled):

@@ -54,6 +54,7 @@ type serveOptions struct {
 	open         bool
 	config       string
 	helloTimeout time.Duration
+	shutdown     time.Duration
 	logFormat    string
 	metrics      string
 	limits       listFlag
@@ -69,6 +70,7 @@ type serveConfig struct {
 	Clients      map[string]router.Grants
 	Limits       wire.Limits
 	HelloTimeout time.Duration
+	Shutdown     time.Duration // how long clients get to go at shutdown
 	LogFormat    string
 	Metrics      string // host:port, or "" for no metrics endpoint
 }
@@ -104,7 +106,7 @@ func resolveServe(o *serveOptions, readFile func(string) ([]byte, error)) (*serv
 			return nil, fmt.Errorf("config %s: %w", o.config, err)
 		}
 	}
-	c := &serveConfig{HelloTimeout: o.helloTimeout, LogFormat: o.logFormat, Limits: wire.DefaultLimits()}
+	c := &serveConfig{HelloTimeout: o.helloTimeout, Shutdown: o.shutdown, LogFormat: o.logFormat, Limits: wire.DefaultLimits()}
 
 	if fc.Store != nil {
 		c.Store = *fc.Store
@@ -164,6 +166,9 @@ func resolveServe(o *serveOptions, readFile func(string) ([]byte, error)) (*serv
 
 	if c.HelloTimeout <= 0 {
 		return nil, fmt.Errorf("--hello-timeout must be positive, not %v", c.HelloTimeout)
+	}
+	if c.Shutdown <= 0 {
+		return nil, fmt.Errorf("--shutdown-timeout must be positive, not %v", c.Shutdown)
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return nil, fmt.Errorf("--log-format must be text or json, not %q", c.LogFormat)
@@ -254,16 +259,27 @@ func parseLimitFlag(v string) (limitSetting, error) {
 
 // metricsAddr turns "9100" or ":9100" into 127.0.0.1:9100 (metrics and
 // pprof must not reach the network unless asked for) and checks host:port.
+// A URL as a browser or Prometheus is given it, http://host:port (with
+// /metrics or / after it), means its host:port.
 func metricsAddr(s string) (string, error) {
+	given := s
+	if rest, ok := strings.CutPrefix(s, "http://"); ok {
+		s = strings.TrimSuffix(strings.TrimSuffix(rest, "/"), "/metrics")
+		if s == "" || strings.Contains(s, "/") {
+			return "", fmt.Errorf("metrics address %q: want http://HOST:PORT, HOST:PORT or PORT", given)
+		}
+	} else if scheme, _, ok := strings.Cut(s, "://"); ok {
+		return "", fmt.Errorf("metrics address %q: the endpoint speaks plain http, not %s; give HOST:PORT or http://HOST:PORT", given, scheme)
+	}
 	if !strings.Contains(s, ":") {
 		s = ":" + s
 	}
 	host, port, err := net.SplitHostPort(s)
 	if err != nil {
-		return "", fmt.Errorf("metrics address %q: %v", s, err)
+		return "", fmt.Errorf("metrics address %q: %v", given, err)
 	}
 	if n, err := strconv.ParseUint(port, 10, 16); err != nil || (n == 0 && port != "0") {
-		return "", fmt.Errorf("metrics address %q: %q is not a port number", s, port)
+		return "", fmt.Errorf("metrics address %q: %q is not a port number", given, port)
 	}
 	if host == "" {
 		host = "127.0.0.1"
@@ -425,7 +441,7 @@ func parseGrants(raw json.RawMessage, where string) (router.Grants, error) {
 	return g, nil
 }
 
-// parsePattern accepts the three spellings of DESIGN.md: "*", "prefix.*"
+// parsePattern accepts the three documented spellings: "*", "prefix.*"
 // and an exact service or topic name. router.ParsePattern is more lenient
 // ("ab*" would be a prefix); configuration keeps to the documented forms.
 func parsePattern(s string) (router.Pattern, error) {

@@ -14,7 +14,7 @@ var contractCmd = &command{
 	usage: func() string {
 		return usageText("flybus contract",
 			"Print the wire contract text, then its SHA-256 as a last line \"contractDigest HEX\",\nthe digest routers and clients compare in bus.hello.",
-			newFlagSet("contract"), "", "  flybus contract | tail -1\n")
+			newFlagSet("contract"), "", walkExample("contract"))
 	},
 }
 

@@ -30,8 +30,8 @@ type declareOptions struct {
 func declareFlags(o *declareOptions) *flag.FlagSet {
 	set := newFlagSet("declare")
 	set.StringVar(&o.retained, "retained", "none", "keep the last message and its artifacts for replays (`latest|none`)")
-	set.StringVar(&o.client, "client", "flybus-cli", "connect as client `ID` (a bound socket admits only its own id)")
-	set.DurationVar(&o.timeout, "timeout", 10*time.Second, "give up after `D`, connecting included")
+	set.StringVar(&o.client, "client", "", clientFlagUsage)
+	durationVar(set, &o.timeout, "timeout", 10*time.Second, "give up after `D`, connecting included")
 	return set
 }
 
@@ -39,12 +39,11 @@ func declareUsage() string {
 	notes := `Topics must be declared before anyone publishes or subscribes. Declaring a
 topic again with the same retention is harmless and prints "TOPIC already
 declared"; a different retention is refused with CONFLICT. Prints the topic's
-incarnation and exits 0; a refusal prints CODE: message (dispatch) to stderr
-and exits 1.
+incarnation and exits 0; a refusal prints CODE: message to stderr and exits 1.
 `
 	return usageText("flybus declare SOCKET TOPIC [--retained latest|none] [--client ID] [--timeout D]",
 		"Declare a topic on a running router.", declareFlags(&declareOptions{}), notes,
-		"  flybus declare /run/user/1000/bus.sock cam.frames --retained latest\n")
+		walkExample("declare"))
 }
 
 // retention maps the --retained flag; false for anything else.
@@ -69,9 +68,10 @@ func runDeclare(c *command, args []string, stdout, stderr io.Writer) int {
 	}
 	socket, topic := pos[0], pos[1]
 	retained, okRet := retention(o.retained)
+	if err := checkName("topic", topic); err != nil {
+		return usageError(c, stderr, err.Error())
+	}
 	switch {
-	case !wire.ValidName(topic):
-		return usageError(c, stderr, fmt.Sprintf("%q is not a topic name", topic))
 	case !okRet:
 		return usageError(c, stderr, fmt.Sprintf("--retained is latest or none, not %q", o.retained))
 	}
@@ -83,9 +83,9 @@ func runDeclare(c *command, args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	bus, err := client.ConnectUnix(ctx, socket, client.Config{ClientID: o.client})
+	bus, id, err := connectTool(ctx, socket, c.name, o.client, client.Config{})
 	if err != nil {
-		return connectFailed(stderr, c.name, o.client, o.timeout, err)
+		return connectFailed(stderr, c.name, id, o.timeout, err)
 	}
 	defer bus.Close()
 	info, err := bus.DeclareTopic(ctx, topic, retained)

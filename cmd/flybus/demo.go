@@ -38,10 +38,10 @@ func demoUsage() string {
 counter service answering RPCs, an observer subscribed to a latest topic, and
 a 640x480 RGBA frame published as an artifact, which the observer keeps and
 reads after its message has been consumed. Every step prints one line; the
-output is the same on every run.
+output is the same on every run. From a checkout: go run ./cmd/flybus demo.
 `
 	return usageText("flybus demo [--store DIR]", "Run the embedded-router demo.", demoFlags(&demoOptions{}), notes,
-		"  flybus demo\n  go run ./cmd/flybus demo    # from a checkout\n")
+		walkExample("demo"))
 }
 
 func runDemo(c *command, args []string, stdout, stderr io.Writer) int {

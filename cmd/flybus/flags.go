@@ -5,7 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // newFlagSet returns a flag set that reports nothing itself: parse prints
@@ -27,7 +30,7 @@ func parse(c *command, fs *flag.FlagSet, args []string, stdout, stderr io.Writer
 				fmt.Fprint(stdout, c.usage())
 				return nil, exitOK, false
 			}
-			return nil, usageError(c, stderr, err.Error()), false
+			return nil, usageError(c, stderr, flagMessage(err)), false
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
@@ -41,11 +44,44 @@ func parse(c *command, fs *flag.FlagSet, args []string, stdout, stderr io.Writer
 	}
 }
 
-// usageError reports bad arguments with the command's usage and returns
-// the usage exit status.
+// usageError reports bad arguments and where the help is, and returns the
+// usage exit status. The whole help would bury the one line that matters.
 func usageError(c *command, stderr io.Writer, msg string) int {
-	fmt.Fprintf(stderr, "flybus %s: %s\n\n%s", c.name, msg, c.usage())
+	fmt.Fprintf(stderr, "flybus %s: %s\n%s\n", c.name, msg, helpHint(c.name))
 	return exitUsage
+}
+
+// helpHint is the line after every usage error.
+func helpHint(name string) string { return "see flybus " + name + " --help" }
+
+// flagDash finds the single dash the flag package puts before a flag's
+// name in its errors; the help and the examples spell flags with two.
+var flagDash = regexp.MustCompile(`^(flag provided but not defined: |flag needs an argument: |invalid (?:boolean )?value "(?:[^"\\]|\\.)*" for (?:flag )?)-`)
+
+func flagMessage(err error) string { return flagDash.ReplaceAllString(err.Error(), "${1}--") }
+
+// durationValue is a time.Duration flag whose error says what was meant:
+// "--timeout 5" is refused with "did you mean 5s?".
+type durationValue time.Duration
+
+func (d *durationValue) String() string { return time.Duration(*d).String() }
+
+func (d *durationValue) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		if _, nerr := strconv.ParseFloat(s, 64); nerr == nil {
+			return fmt.Errorf("a duration needs a unit; did you mean %ss?", s)
+		}
+		return errors.New("not a duration; write it like 500ms, 10s or 2m")
+	}
+	*d = durationValue(v)
+	return nil
+}
+
+// durationVar defines a duration flag with durationValue's errors.
+func durationVar(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fs.Var((*durationValue)(p), name, usage)
 }
 
 // usageText renders a command's help: synopsis, purpose, flags (from the

@@ -1,7 +1,7 @@
 // Command flybus is the router executable and the operator's tools: serve
 // runs a router on Unix sockets; declare, pub, sub, call and stats talk to a
-// running one; contract prints the wire contract. Each subcommand lives in
-// its own file.
+// running one; contract and version print what a build speaks. Each
+// subcommand lives in its own file.
 package main
 
 import (
@@ -31,7 +31,8 @@ const (
 var commands []*command
 
 func init() {
-	commands = []*command{serveCmd, demoCmd, declareCmd, pubCmd, subCmd, callCmd, statsCmd, perfCmd, contractCmd, helpCmd}
+	// In the walk-through's order, so the list reads as a session does.
+	commands = []*command{demoCmd, serveCmd, declareCmd, subCmd, pubCmd, callCmd, statsCmd, contractCmd, versionCmd, helpCmd, perfCmd}
 }
 
 func topUsage() string {
@@ -41,8 +42,9 @@ func topUsage() string {
 	for _, c := range commands {
 		fmt.Fprintf(&b, "  %-10s %s\n", c.name, c.summary)
 	}
-	b.WriteString("\n`flybus help COMMAND` or `flybus COMMAND --help` describes one command.\n")
-	b.WriteString("\nExample:\n  flybus serve --store /dev/shm/flybus --listen /run/user/1000/agent.sock=agent-a\n")
+	b.WriteString("\n`flybus help COMMAND` or `flybus COMMAND --help` describes one command;\n`flybus --version` prints the build and the wire version.\n")
+	b.WriteString("\nWalk-through (paste the lines in order; each command's --help shows its step):\n")
+	b.WriteString(walkThrough())
 	return b.String()
 }
 
@@ -57,6 +59,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "-h", "-help", "--help":
 		fmt.Fprint(stdout, topUsage())
 		return exitOK
+	case "-version", "--version":
+		return versionCmd.run(versionCmd, args[1:], stdout, stderr)
 	}
 	if c := lookup(args[0]); c != nil {
 		return c.run(c, args[1:], stdout, stderr)
@@ -66,7 +70,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // unknownCommand reports a command flybus does not have.
 func unknownCommand(stderr io.Writer, name string) int {
-	fmt.Fprintf(stderr, "flybus: unknown command %q\n\n%s", name, topUsage())
+	fmt.Fprintf(stderr, "flybus: unknown command %q\nsee flybus --help\n", name)
 	return exitUsage
 }
 
@@ -84,7 +88,7 @@ var helpCmd = &command{
 	summary: "describe flybus or one of its commands",
 	usage: func() string {
 		return usageText("flybus help [COMMAND]", "Describe flybus, or one command with its flags.", nil, "",
-			"  flybus help serve\n")
+			walkExample("help"))
 	},
 	run: func(self *command, args []string, stdout, stderr io.Writer) int {
 		pos, code, ok := parse(self, newFlagSet("help"), args, stdout, stderr)

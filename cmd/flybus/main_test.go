@@ -48,10 +48,14 @@ func TestEveryCommandHasHelp(t *testing.T) {
 					t.Errorf("%s %s: exit %d, stderr %q, same help %v", c.name, flag, code, errb.String(), out.String() == want.String())
 				}
 			}
+			if c.name == "perf" {
+				return // package perf reports its own usage errors
+			}
+			// A usage error is the error and where the help is, not the help.
 			var out, errb bytes.Buffer
-			if code := run([]string{c.name, "--no-such-flag"}, &out, &errb); code != 2 || out.Len() > 0 ||
-				!strings.Contains(errb.String(), "flag provided but not defined") || !strings.Contains(errb.String(), want.String()) {
-				t.Errorf("bad flag: exit %d, stderr %q", code, errb.String())
+			wantErr := "flybus " + c.name + ": flag provided but not defined: --no-such-flag\nsee flybus " + c.name + " --help\n"
+			if code := run([]string{c.name, "--no-such-flag"}, &out, &errb); code != 2 || out.Len() > 0 || errb.String() != wantErr {
+				t.Errorf("bad flag: exit %d, stderr %q, want %q", code, errb.String(), wantErr)
 			}
 		})
 	}
@@ -88,7 +92,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"contract", "extra"},
 	} {
 		var out, errb bytes.Buffer
-		if code := run(args, &out, &errb); code != 2 || !strings.Contains(errb.String(), "Usage: flybus "+args[0]) {
+		if code := run(args, &out, &errb); code != 2 || !strings.HasSuffix(errb.String(), "\nsee flybus "+args[0]+" --help\n") ||
+			strings.Contains(errb.String(), "Usage:") || strings.Count(errb.String(), "\n") != 2 {
 			t.Errorf("%v: exit %d, stderr %q", args, code, errb.String())
 		}
 	}

@@ -69,6 +69,7 @@ var metricHelp = map[string]string{
 	"StoreFiles":        "Staging and sealed files on disk.",
 	"PoolHits":          "Allocations served by a prepared staging file.",
 	"PoolMisses":        "Allocations that had to create a staging file.",
+	"AcceptRetries":     "Failed accepts on the Unix listeners, each retried after a back-off (out of descriptors, for example).",
 	"Refusals":          "Commands refused, by error code.",
 }
 
@@ -235,13 +236,10 @@ type metricsServer struct {
 	ln  net.Listener
 }
 
-// startMetrics binds addr before returning, so that a taken port fails
-// serve before it reports ready.
-func startMetrics(addr string, r *router.Router, logger *slog.Logger) (*metricsServer, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
+// serveMetrics serves the router's figures on ln, which serve binds before
+// it creates the router: a taken port then fails the start before anything
+// exists to clean up.
+func serveMetrics(ln net.Listener, r *router.Router, logger *slog.Logger) *metricsServer {
 	routerID, storeID := r.RouterID().String(), r.StoreID().String()
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
@@ -263,7 +261,7 @@ func startMetrics(addr string, r *router.Router, logger *slog.Logger) (*metricsS
 			logger.Error("metrics server stopped", "err", err)
 		}
 	}()
-	return m, nil
+	return m
 }
 
 // Addr is the bound address (the real port when asked for port 0).

@@ -26,21 +26,39 @@ var pubCmd = &command{
 	usage:   pubUsage,
 }
 
-type pubOptions struct {
+// artifactOptions are the flags that attach files, shared by pub and call.
+type artifactOptions struct {
 	artifacts    listFlag
 	contentTypes listFlag
 	store        string
-	client       string
-	timeout      time.Duration
+}
+
+func (o *artifactOptions) define(set *flag.FlagSet) {
+	set.Var(&o.artifacts, "artifact", "attach `NAME=FILE`: FILE's bytes as the artifact NAME (repeatable, at most 32)")
+	set.Var(&o.contentTypes, "content-type", "label the artifact NAME: `NAME=TYPE` (repeatable); by default the type is\nguessed from FILE's extension, else application/octet-stream")
+	set.StringVar(&o.store, "store", "", "the router's store root `DIR`, as given to serve --store (required with --artifact)")
+}
+
+// clientFlagUsage describes --client for every tool.
+const clientFlagUsage = "connect as client `ID`; by default a fresh flybus-TOOL-XXXXXXXX on an open socket,\nand on a bound socket the id it is bound to (which is all it admits)"
+
+// payloadNotes describes the JSON argument of pub and call.
+const payloadNotes = `JSON is the payload object itself, @FILE to read it from FILE, or - to read it
+from stdin. A message's envelope holds at most 65,536 bytes: anything bigger
+travels as an artifact (--artifact NAME=FILE), which costs no copy per reader.
+`
+
+type pubOptions struct {
+	artifactOptions
+	client  string
+	timeout time.Duration
 }
 
 func pubFlags(o *pubOptions) *flag.FlagSet {
 	set := newFlagSet("pub")
-	set.Var(&o.artifacts, "artifact", "attach `NAME=FILE`: FILE's bytes as the artifact NAME (repeatable, at most 32)")
-	set.Var(&o.contentTypes, "content-type", "label the artifact NAME: `NAME=TYPE` (repeatable); by default the type is\nguessed from FILE's extension, else application/octet-stream")
-	set.StringVar(&o.store, "store", "", "the router's store root `DIR`, as given to serve --store (required with --artifact)")
-	set.StringVar(&o.client, "client", "flybus-cli", "connect as client `ID` (a bound socket admits only its own id)")
-	set.DurationVar(&o.timeout, "timeout", 10*time.Second, "give up after `D`, connecting and copying the files included")
+	o.define(set)
+	set.StringVar(&o.client, "client", "", clientFlagUsage)
+	durationVar(set, &o.timeout, "timeout", 10*time.Second, "give up after `D`, connecting and copying the files included")
 	return set
 }
 
@@ -54,12 +72,12 @@ never a copy per subscriber. Prints the receipt and exits 0:
 
 (M counts queued messages of latest-mode subscribers that this one replaced).
 A refusal, such as NO_TOPIC or BACKPRESSURE from a full bounded subscriber,
-prints CODE: message (dispatch) to stderr and exits 1; nothing is published.
-`
-	return usageText("flybus pub SOCKET TOPIC JSON [--artifact NAME=FILE]... [--content-type NAME=TYPE]... [--store DIR] [--client ID] [--timeout D]",
+prints CODE: message to stderr and exits 1; nothing is published.
+
+` + payloadNotes
+	return usageText("flybus pub SOCKET TOPIC JSON|@FILE|- [--artifact NAME=FILE]... [--content-type NAME=TYPE]... [--store DIR] [--client ID] [--timeout D]",
 		"Publish a JSON message to a topic, with files as artifacts.", pubFlags(&pubOptions{}), notes,
-		"  flybus pub /run/user/1000/bus.sock cam.frames '{\"frame\":1}' \\\n"+
-			"      --artifact image=frame-1.png --store /dev/shm/flybus\n")
+		walkExample("pub"))
 }
 
 // pubFile is one --artifact: a file to copy into the store under a name.
@@ -75,24 +93,39 @@ type pubPlan struct {
 }
 
 // plan checks the positional arguments and flags without touching the
-// files or the router; the error is a usage error's message.
+// files or the router (a payload from @FILE or stdin is read); the error
+// is a usage error's message.
 func (o *pubOptions) plan(pos []string) (*pubPlan, error) {
 	if len(pos) != 3 {
 		return nil, fmt.Errorf("want SOCKET TOPIC JSON, got %d arguments", len(pos))
 	}
-	p := &pubPlan{socket: pos[0], topic: pos[1], payload: []byte(pos[2])}
-	if !wire.ValidName(p.topic) {
-		return nil, fmt.Errorf("%q is not a topic name", p.topic)
+	p := &pubPlan{socket: pos[0], topic: pos[1]}
+	if err := checkName("topic", p.topic); err != nil {
+		return nil, err
 	}
-	if msg := checkPayload(p.payload); msg != "" {
+	payload, err := readPayload(pos[2])
+	if err != nil {
+		return nil, err
+	}
+	if msg := payload.check(); msg != "" {
 		return nil, errors.New(msg)
 	}
+	p.payload = payload.data
 	if msg := checkClientFlags(o.client, o.timeout); msg != "" {
 		return nil, errors.New(msg)
 	}
+	if p.files, err = o.files(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// files checks the artifact flags; the error is a usage error's message.
+func (o *artifactOptions) files() ([]pubFile, error) {
 	if len(o.artifacts) > wire.MaxAttachments {
 		return nil, fmt.Errorf("%d artifacts; a message carries at most %d", len(o.artifacts), wire.MaxAttachments)
 	}
+	var files []pubFile
 	index := map[string]int{}
 	for _, a := range o.artifacts {
 		name, path, err := splitAssignment("--artifact", a, "NAME=FILE")
@@ -102,8 +135,8 @@ func (o *pubOptions) plan(pos []string) (*pubPlan, error) {
 		if _, dup := index[name]; dup {
 			return nil, fmt.Errorf("--artifact %s is given twice; attachment names must differ", name)
 		}
-		index[name] = len(p.files)
-		p.files = append(p.files, pubFile{name: name, path: path})
+		index[name] = len(files)
+		files = append(files, pubFile{name: name, path: path})
 	}
 	labelled := map[string]bool{}
 	for _, t := range o.contentTypes {
@@ -121,17 +154,17 @@ func (o *pubOptions) plan(pos []string) (*pubPlan, error) {
 			return nil, fmt.Errorf("--content-type %s: %q is not a content type (1-127 printable ASCII characters)", name, ct)
 		}
 		labelled[name] = true
-		p.files[i].contentType = ct
+		files[i].contentType = ct
 	}
-	for i := range p.files {
-		if p.files[i].contentType == "" {
-			p.files[i].contentType = guessContentType(p.files[i].path)
+	for i := range files {
+		if files[i].contentType == "" {
+			files[i].contentType = guessContentType(files[i].path)
 		}
 	}
-	if len(p.files) > 0 && o.store == "" {
+	if len(files) > 0 && o.store == "" {
 		return nil, errors.New("--artifact needs --store DIR, the router's store root (as given to flybus serve --store): the client writes the files there")
 	}
-	return p, nil
+	return files, nil
 }
 
 // splitAssignment splits a NAME=VALUE flag value and checks the name is an
@@ -142,7 +175,7 @@ func splitAssignment(flagName, v, form string) (name, value string, err error) {
 	case !ok || value == "":
 		return "", "", fmt.Errorf("%s takes %s, not %q", flagName, form, v)
 	case !wire.ValidID(name):
-		return "", "", fmt.Errorf("%s %s: %q is not an attachment name (a-z, 0-9, '.', '_', '-'; at most 64)", flagName, v, name)
+		return "", "", fmt.Errorf("%s %s: %q is not an attachment name (%s)", flagName, v, name, idRules)
 	}
 	return name, value, nil
 }
@@ -217,9 +250,9 @@ func runPub(c *command, args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	bus, err := client.ConnectUnix(ctx, p.socket, client.Config{ClientID: o.client, StoreRoot: o.store})
+	bus, id, err := connectTool(ctx, p.socket, c.name, o.client, client.Config{StoreRoot: o.store})
 	if err != nil {
-		return connectFailed(stderr, c.name, o.client, o.timeout, err)
+		return connectFailed(stderr, c.name, id, o.timeout, err)
 	}
 	defer bus.Close()
 	r, err := publish(ctx, bus, p, srcs, o.store)
@@ -235,20 +268,33 @@ func runPub(c *command, args []string, stdout, stderr io.Writer) int {
 // closed once the publish has been answered, since an admitted message
 // owns its deliveries' references and a refused one needs nothing.
 func publish(ctx context.Context, bus *client.Client, p *pubPlan, srcs []*pubSource, storeRoot string) (client.PublishReceipt, error) {
+	atts, err := uploadAll(ctx, bus, srcs, storeRoot)
+	defer closeAttachments(atts)
+	if err != nil {
+		return client.PublishReceipt{}, err
+	}
+	return bus.Publish(ctx, p.topic, wire.RawJSON(p.payload), atts...)
+}
+
+// uploadAll uploads every source as a sealed artifact. The caller closes
+// the attachments (closeAttachments) once they have been sent, also when
+// uploadAll fails part way.
+func uploadAll(ctx context.Context, bus *client.Client, srcs []*pubSource, storeRoot string) ([]client.Attachment, error) {
 	atts := make([]client.Attachment, 0, len(srcs))
-	defer func() {
-		for _, a := range atts {
-			a.Artifact.Close()
-		}
-	}()
 	for _, s := range srcs {
 		a, err := upload(ctx, bus, s, storeRoot)
 		if err != nil {
-			return client.PublishReceipt{}, fmt.Errorf("artifact %s: %w", s.name, err)
+			return atts, fmt.Errorf("artifact %s: %w", s.name, err)
 		}
 		atts = append(atts, client.Attach(s.name, a))
 	}
-	return bus.Publish(ctx, p.topic, wire.RawJSON(p.payload), atts...)
+	return atts, nil
+}
+
+func closeAttachments(atts []client.Attachment) {
+	for _, a := range atts {
+		a.Artifact.Close()
+	}
 }
 
 // copyBufferSize is large enough that the copy costs few system calls and

@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -16,19 +17,16 @@ import (
 	"time"
 
 	"github.com/flybus/flybus/router"
+	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
 )
 
 var serveCmd = &command{
 	name:    "serve",
-	summary: "run a router on Unix sockets until SIGTERM or SIGINT",
+	summary: "run a router on Unix sockets until SIGTERM, SIGINT or SIGHUP",
 	run:     runServe,
 	usage:   serveUsage,
 }
-
-// shutdownTimeout bounds the goodbye: clients get connection.closing and
-// this long to go before their transports are closed under them.
-const shutdownTimeout = 10 * time.Second
 
 func serveFlags(o *serveOptions) *flag.FlagSet {
 	set := newFlagSet("serve")
@@ -36,9 +34,12 @@ func serveFlags(o *serveOptions) *flag.FlagSet {
 	set.Var(&o.listen, "listen", "a Unix socket to listen on, `PATH[=CLIENT_ID]` (repeatable): with =CLIENT_ID only\nthat client may connect there; a bare PATH is unbound and needs --open")
 	set.BoolVar(&o.open, "open", false, "open policy: any client id with every grant, self-asserted (trusted deployments only)")
 	set.StringVar(&o.config, "config", "", "read the JSON configuration `FILE` (see below); flags override it")
-	set.DurationVar(&o.helloTimeout, "hello-timeout", 5*time.Second, "a new connection must complete bus.hello within `D`")
+	durationVar(set, &o.helloTimeout, "hello-timeout", 5*time.Second, "a new connection must complete bus.hello within `D`")
+	// The goodbye's bound: clients get connection.closing and this long to
+	// go before their transports are closed under them.
+	durationVar(set, &o.shutdown, "shutdown-timeout", 10*time.Second, "at shutdown, clients get `D` to go before their connections are closed")
 	set.StringVar(&o.logFormat, "log-format", "text", "`FORMAT` of the log on stderr: text or json")
-	set.StringVar(&o.metrics, "metrics", "", "serve Prometheus /metrics and /debug/pprof/ over HTTP on `ADDR`\n(\"9100\" or \":9100\" means 127.0.0.1:9100)")
+	set.StringVar(&o.metrics, "metrics", "", "serve Prometheus /metrics and /debug/pprof/ over HTTP on `ADDR`: HOST:PORT or\nhttp://HOST:PORT (\"9100\" or \":9100\" means 127.0.0.1:9100)")
 	set.Var(&o.limits, "limit", "set one limit by its hello name, `NAME=VALUE` (repeatable), e.g. maxClients=128")
 	return set
 }
@@ -52,11 +53,15 @@ func serveUsage() string {
 	}
 	notes := `Prints one JSON line to stdout once every socket listens:
   {"ready":true,"routerId":"router-…","storeId":"store-…","sockets":[…]}
-Logs go to stderr. SIGTERM or SIGINT sends connection.closing to every client,
-removes the sockets and the store directory, and exits 0. A socket file left
+Logs go to stderr. SIGTERM, SIGINT or SIGHUP sends connection.closing to every
+client, removes the sockets and the store directory, and exits 0; a further
+signal during that shutdown is logged and changes nothing. A socket file left
 by a dead router is replaced; a live router's socket is left alone (exit 1).
-Bad flags or configuration exit 2 before anything is created. Relative
-paths are relative to the working directory.
+Bad flags or configuration exit 2 before anything is created; a start that
+fails later (metrics port taken, socket directory missing, a listen refused)
+exits 1 and removes what it created. A store root that is not a tmpfs works
+but is logged as a warning: every artifact byte would also go to a disk.
+Relative paths are relative to the working directory.
 
 Without a policy (no --open, no "policy" in the file), each CLIENT_ID bound
 with --listen is admitted with every grant.
@@ -72,9 +77,8 @@ The --config file (unknown keys are refused):
 
 Limits: ` + wrapWords(strings.Join(names, ", "), 68, "  ") + "\n"
 	return usageText("flybus serve --store DIR [--listen PATH[=CLIENT_ID]]... [--open] [--config FILE] [FLAGS]",
-		"Run a router on Unix sockets until SIGTERM or SIGINT.", serveFlags(&serveOptions{}), notes,
-		"  flybus serve --store /dev/shm/flybus --listen /tmp/agent.sock=agent-a \\\n"+
-			"      --listen /tmp/coord.sock=coordinator --metrics 9100 --limit maxClients=16\n")
+		"Run a router on Unix sockets until SIGTERM, SIGINT or SIGHUP.", serveFlags(&serveOptions{}), notes,
+		walkExample("serve"))
 }
 
 // wrapWords wraps text at width, indenting continuation lines.
@@ -109,12 +113,25 @@ func runServe(c *command, args []string, stdout, stderr io.Writer) int {
 	fset.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	cfg, err := resolveServe(o, os.ReadFile)
 	if err != nil {
-		fmt.Fprintf(stderr, "flybus serve: %v\n(flybus serve --help describes the flags and the config file)\n", err)
-		return exitUsage
+		return usageError(c, stderr, err.Error())
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	log := newLogger(cfg.LogFormat, stderr)
+	// Installed until the process exits, never stopped: a second signal
+	// during a slow shutdown would otherwise kill the router with the
+	// default action and leave its store behind. SIGHUP (the terminal
+	// went away) asks for the same clean stop.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	return serve(ctx, stop, cfg, newLogger(cfg.LogFormat, stderr), stdout)
+	go func() {
+		log.Info("stopping on a signal", "signal", (<-sigs).String())
+		stop()
+		for s := range sigs {
+			log.Info("already shutting down; signal ignored", "signal", s.String())
+		}
+	}()
+	return serve(ctx, cfg, log, stdout)
 }
 
 func newLogger(format string, w io.Writer) *slog.Logger {
@@ -132,15 +149,19 @@ type readyLine struct {
 	Sockets  []string `json:"sockets"`
 }
 
-// serve runs the validated configuration until ctx ends; stopSignals
-// restores default signal handling so a second signal kills at once.
-func serve(ctx context.Context, stopSignals func(), cfg *serveConfig, log *slog.Logger, stdout io.Writer) int {
+// serve runs the validated configuration until ctx ends.
+func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger, stdout io.Writer) int {
 	paths := make([]string, len(cfg.Listen))
 	for i, l := range cfg.Listen {
 		paths[i] = l.Path
 	}
-	// Sockets are checked before the router opens its store, so refusing
-	// to start next to a live router leaves nothing behind.
+	// Sockets and the metrics port are checked before the router opens
+	// its store, so refusing to start (next to a live router, on a taken
+	// port) leaves nothing behind.
+	if err := checkSocketDirs(paths); err != nil {
+		log.Error("refusing to start", "err", err)
+		return exitFailure
+	}
 	removed, err := clearStaleSockets(paths)
 	for _, p := range removed {
 		log.Info("removed a stale socket", "socket", p)
@@ -149,16 +170,31 @@ func serve(ctx context.Context, stopSignals func(), cfg *serveConfig, log *slog.
 		log.Error("refusing to start", "err", err)
 		return exitFailure
 	}
+	var metricsLn net.Listener
+	if cfg.Metrics != "" {
+		if metricsLn, err = net.Listen("tcp", cfg.Metrics); err != nil {
+			log.Error("cannot serve metrics", "addr", cfg.Metrics, "err", err)
+			return exitFailure
+		}
+	}
+	created := missingDirs(cfg.Store)
 
 	r, err := router.New(router.Config{StoreRoot: cfg.Store, Limits: cfg.Limits, Policy: cfg.Policy(),
 		HelloTimeout: cfg.HelloTimeout, Logger: log})
 	if err != nil {
+		if metricsLn != nil {
+			metricsLn.Close()
+		}
+		removeCreated(created)
 		log.Error("cannot start the router", "err", err)
+		if errors.Is(err, store.ErrUnsafeRoot) {
+			return exitUsage // the configuration must change, as for a bad flag
+		}
 		return exitFailure
 	}
 	var metrics *metricsServer
 	stopAll := func() int {
-		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.Shutdown)
 		defer cancel()
 		err := r.Shutdown(sctx)
 		if metrics != nil {
@@ -174,12 +210,12 @@ func serve(ctx context.Context, stopSignals func(), cfg *serveConfig, log *slog.
 		return exitOK
 	}
 
-	if cfg.Metrics != "" {
-		if metrics, err = startMetrics(cfg.Metrics, r, log); err != nil {
-			log.Error("cannot serve metrics", "addr", cfg.Metrics, "err", err)
-			stopAll()
-			return exitFailure
-		}
+	if tmpfs, fsType, err := isTmpfs(cfg.Store); err == nil && !tmpfs {
+		log.Warn("the store root is not a tmpfs: artifacts will be written through to a disk; use one such as /dev/shm",
+			"root", cfg.Store, "fsType", fmt.Sprintf("0x%x", fsType))
+	}
+	if metricsLn != nil {
+		metrics = serveMetrics(metricsLn, r, log)
 		log.Info("metrics listening", "addr", metrics.Addr())
 	}
 	for _, l := range cfg.Listen {
@@ -190,7 +226,10 @@ func serve(ctx context.Context, stopSignals func(), cfg *serveConfig, log *slog.
 		}
 		if err != nil {
 			log.Error("cannot listen", "socket", l.Path, "err", err)
+			// Shutdown closes the sockets already listening and removes
+			// the store directory; the root goes too if this start made it.
 			stopAll()
+			removeCreated(created)
 			return exitFailure
 		}
 	}
@@ -205,7 +244,6 @@ func serve(ctx context.Context, stopSignals func(), cfg *serveConfig, log *slog.
 	log.Info("router ready", "routerId", r.RouterID().String(), "storeDir", r.StoreDir(), "sockets", paths)
 
 	<-ctx.Done()
-	stopSignals()
 	log.Info("shutting down")
 	code := stopAll()
 	if code == exitOK {

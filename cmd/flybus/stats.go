@@ -27,8 +27,8 @@ type statsOptions struct {
 
 func statsFlags(o *statsOptions) *flag.FlagSet {
 	set := newFlagSet("stats")
-	set.StringVar(&o.metrics, "metrics", "", "the router's metrics `ADDR`, as given to serve --metrics (required)")
-	set.DurationVar(&o.timeout, "timeout", 5*time.Second, "give up after `D`")
+	set.StringVar(&o.metrics, "metrics", "", "the router's metrics `ADDR`, as given to serve --metrics: PORT, HOST:PORT or\nhttp://HOST:PORT (required)")
+	durationVar(set, &o.timeout, "timeout", 5*time.Second, "give up after `D`")
 	return set
 }
 
@@ -36,7 +36,7 @@ func statsUsage() string {
 	notes := "Fetches /metrics from a router started with --metrics and prints each figure,\nwith labelled counters (refusals by code) grouped under their total.\n"
 	return usageText("flybus stats --metrics ADDR [--timeout D]",
 		"Print a running router's figures from its metrics endpoint.", statsFlags(&statsOptions{}), notes,
-		"  flybus stats --metrics 9100\n")
+		walkExample("stats"))
 }
 
 func runStats(c *command, args []string, stdout, stderr io.Writer) int {

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/flybus/flybus/client"
-	"github.com/flybus/flybus/wire"
 )
 
 var subCmd = &command{
@@ -44,8 +43,8 @@ func subFlags(o *subOptions) *flag.FlagSet {
 	set.IntVar(&o.count, "count", 0, "exit 0 after `N` messages (0: until interrupted)")
 	set.StringVar(&o.saveDir, "save-artifacts", "", "write each attachment to `DIR`/SEQ-NAME (created if missing; needs --store)")
 	set.StringVar(&o.store, "store", "", "the router's store root `DIR`, as given to serve --store (required with\n--save-artifacts)")
-	set.StringVar(&o.client, "client", "flybus-sub", "connect as client `ID` (a bound socket admits only its own id); the default\ndiffers from the other tools' so that pub and call work while sub runs")
-	set.DurationVar(&o.timeout, "timeout", 10*time.Second, "give up connecting and subscribing after `D`; messages are awaited\nwithout limit")
+	set.StringVar(&o.client, "client", "", clientFlagUsage)
+	durationVar(set, &o.timeout, "timeout", 10*time.Second, "give up connecting and subscribing after `D`; messages are awaited\nwithout limit")
 	return set
 }
 
@@ -65,8 +64,7 @@ or the connection (router shutdown), sub says why on stderr and exits 1.
 `
 	return usageText("flybus sub SOCKET TOPIC [--latest|--bounded] [--replay] [--count N] [--save-artifacts DIR --store DIR] [--client ID] [--timeout D]",
 		"Subscribe to a topic and print its messages.", subFlags(&subOptions{}), notes,
-		"  flybus sub /run/user/1000/bus.sock cam.frames --count 10 \\\n"+
-			"      --save-artifacts ./frames --store /dev/shm/flybus\n")
+		walkExample("sub"))
 }
 
 // check validates the command line; the error is a usage error's message.
@@ -75,9 +73,10 @@ func (o *subOptions) check(pos []string) (socket, topic string, cfg client.Subsc
 		return "", "", cfg, fmt.Errorf("want SOCKET TOPIC, got %d arguments", len(pos))
 	}
 	socket, topic = pos[0], pos[1]
+	if err := checkName("topic", topic); err != nil {
+		return "", "", cfg, err
+	}
 	switch {
-	case !wire.ValidName(topic):
-		return "", "", cfg, fmt.Errorf("%q is not a topic name", topic)
 	case o.latest && o.bounded:
 		return "", "", cfg, errors.New("--latest and --bounded exclude each other")
 	case o.count < 0:
@@ -118,9 +117,9 @@ func runSub(c *command, args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	setup, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	bus, err := client.ConnectUnix(setup, socket, client.Config{ClientID: o.client, StoreRoot: o.store})
+	bus, id, err := connectTool(setup, socket, c.name, o.client, client.Config{StoreRoot: o.store})
 	if err != nil {
-		return connectFailed(stderr, c.name, o.client, o.timeout, err)
+		return connectFailed(stderr, c.name, id, o.timeout, err)
 	}
 	defer bus.Close()
 	sub, err := bus.Subscribe(setup, topic, cfg)

@@ -65,8 +65,8 @@ func TestSubRefusesBeforeConnecting(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"sub", nowhere, "t", "--bounded", "--latest"}, "Usage: flybus sub"},
-		{[]string{"sub", nowhere, "t", "--count", "x"}, "Usage: flybus sub"},
+		{[]string{"sub", nowhere, "t", "--bounded", "--latest"}, "see flybus sub --help"},
+		{[]string{"sub", nowhere, "t", "--count", "x"}, "see flybus sub --help"},
 		{[]string{"sub", nowhere, "t", "--save-artifacts", notDir, "--store", "s"}, "flybus sub: --save-artifacts: "},
 	} {
 		var out, errb bytes.Buffer
@@ -184,7 +184,7 @@ func TestSubRouterShutdownExits1(t *testing.T) {
 func TestSubUndeclaredTopic(t *testing.T) {
 	r := startOpenRouter(t)
 	stdout, stderr, code := runFlybus(t, "sub", r.sock, "nowhere", "--count", "1")
-	if code != 1 || stdout != "" || !regexp.MustCompile(`^NO_TOPIC: .*\(not-dispatched\)\n$`).MatchString(stderr) {
+	if code != 1 || stdout != "" || !regexp.MustCompile(`^NO_TOPIC: .*[^)]\n$`).MatchString(stderr) {
 		t.Errorf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
