@@ -67,10 +67,12 @@ type Client struct {
 	services    map[string]*Service
 	calls       map[wire.CallID]*PendingCall
 	subs        map[wire.SubID]*Subscription
-	closing     bool   // Close called: drain, then close
-	wclosed     bool   // the write side is shut: nothing more is sent
-	lost        error  // set once the connection is gone
-	lastBus     uint64 // strictly increasing router envelope ids
+	closing     bool           // Close called: drain, then close
+	wclosed     bool           // the write side is shut: nothing more is sent
+	lost        error          // set once the connection is gone
+	writeErr    error          // a failed write: the reader drains, then fails with it
+	closedWith  wire.ErrorCode // the code of the router's connection.closing, if it sent one
+	lastBus     uint64         // strictly increasing router envelope ids
 	anyBus      bool
 	kick        chan struct{}
 	done        chan struct{} // closed when the reader and writer have stopped
@@ -157,6 +159,16 @@ func Connect(ctx context.Context, nc net.Conn, cfg Config) (*Client, error) {
 	if err != nil {
 		c.fail(err)
 		<-c.done
+		c.mu.Lock()
+		code := c.closedWith
+		c.mu.Unlock()
+		if code != 0 && code != wire.ErrRouterLost {
+			// Refused before hello (a full router): say why in its code.
+			var be *wire.BusError
+			if errors.As(err, &be) {
+				err = &wire.BusError{Code: code, Dispatch: wire.NotDispatched, Message: be.Message}
+			}
+		}
 		return nil, err
 	}
 	c.info = Info{RouterID: ok.RouterID, ConnectionID: ok.ConnectionID,
@@ -450,7 +462,7 @@ func (c *Client) flush() error {
 		}
 		c.wmu.Unlock()
 		if err != nil {
-			c.fail(err)
+			c.writeFailed(err)
 			return err
 		}
 		if len(buf) == 0 {
@@ -461,6 +473,26 @@ func (c *Client) flush() error {
 				return nil
 			}
 		}
+	}
+}
+
+// drainGrace bounds how long the reader may drain after a failed write.
+const drainGrace = time.Second
+
+// writeFailed ends the connection after a failed write, but lets the
+// reader drain first: a router that closed (a full router refusing a new
+// connection) may have said why in a connection.closing still waiting in
+// the receive buffer, and that reason beats "broken pipe".
+func (c *Client) writeFailed(err error) {
+	c.mu.Lock()
+	if c.lost != nil || c.writeErr != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.writeErr = err
+	c.mu.Unlock()
+	if c.nc.SetReadDeadline(time.Now().Add(drainGrace)) != nil {
+		c.fail(err)
 	}
 }
 
@@ -475,6 +507,9 @@ func (c *Client) takeFrames(buf []byte) ([]byte, error) {
 	defer c.mu.Unlock()
 	if c.lost != nil {
 		return buf, c.lost
+	}
+	if c.writeErr != nil {
+		return buf, c.writeErr
 	}
 	if c.wclosed {
 		return buf, nil

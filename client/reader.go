@@ -19,6 +19,11 @@ func (c *Client) readLoop() {
 	for {
 		frame, err := fr.ReadFrame()
 		if err != nil {
+			c.mu.Lock()
+			if c.writeErr != nil {
+				err = c.writeErr // the write failed first; the read only drained
+			}
+			c.mu.Unlock()
 			c.fail(err)
 			return
 		}
@@ -214,6 +219,9 @@ func (c *Client) onNotice(env *wire.Envelope) error {
 		if n.Message != "" {
 			msg += ": " + n.Message
 		}
+		c.mu.Lock()
+		c.closedWith = n.Code
+		c.mu.Unlock()
 		c.fail(&wire.BusError{Code: wire.ErrRouterLost, Dispatch: wire.DispatchUnknown, Message: msg})
 	}
 	return nil

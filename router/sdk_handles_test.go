@@ -275,3 +275,23 @@ func TestConnectRefusesANilConnection(t *testing.T) {
 		t.Fatalf("Connect(nil): %v", err)
 	}
 }
+
+// A client refused by a full router learns why (QUOTA_EXCEEDED), whether its
+// hello was written before the router closed or failed with a broken pipe.
+func TestConnectToAFullRouterSaysWhy(t *testing.T) {
+	cfg := open()
+	cfg.Limits = wire.DefaultLimits()
+	cfg.Limits.MaxClients = 1
+	h := newHarness(t, cfg, true)
+	defer h.r.Shutdown(context.Background())
+	first := h.dial("first")
+	for i := range 20 {
+		_, err := client.Connect(ctxT(t), h.conn(""), client.Config{ClientID: "second"})
+		if !errors.Is(err, wire.ErrQuotaExceeded) || !strings.Contains(err.Error(), "maxClients") {
+			t.Fatalf("attempt %d: %v, want QUOTA_EXCEEDED naming maxClients", i, err)
+		}
+	}
+	if _, err := first.DeclareTopic(ctxT(t), "still.up", wire.RetainNone); err != nil {
+		t.Fatal(err)
+	}
+}
