@@ -9,6 +9,7 @@ import "crypto/rand"
 //	stage-<16 hex>       a staging file, prepared or handed out
 //	sealed-<16 hex>      the sealed artifact made from the staging file
 //	copy-<16 hex>        the fresh inode a copying seal is writing
+//	slot-<16 hex>        a slot of the pool mode, reused across generations
 //
 // The hex is a per-store sequence number, so no name is ever issued twice in
 // an incarnation and every staging file is a fresh inode.
@@ -24,12 +25,14 @@ const (
 	kindStaging
 	kindSealed
 	kindCopy
+	kindSlot
 )
 
 var prefixes = [...]string{
 	kindStaging: "stage-",
 	kindSealed:  "sealed-",
 	kindCopy:    "copy-",
+	kindSlot:    slotPrefix,
 }
 
 const hexDigits = "0123456789abcdef"
@@ -49,7 +52,7 @@ func fileName(k kind, seq uint64) string {
 // parseName returns the kind and sequence number of a name this store
 // issues, or kindNone.
 func parseName(name string) (kind, uint64) {
-	for k := kindStaging; k <= kindCopy; k++ {
+	for k := kindStaging; k <= kindSlot; k++ {
 		p := prefixes[k]
 		if len(name) != len(p)+16 || name[:len(p)] != p {
 			continue

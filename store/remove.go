@@ -12,6 +12,22 @@ import (
 // is not an error, and after Close Remove does nothing: the directory is
 // gone. It does not touch files the store has not handed out.
 func (s *Store) Remove(relPath string) error {
+	return s.Collect(relPath, 1)
+}
+
+// Collect ends generation gen of the artifact at relPath: in files mode
+// it removes the file (see Remove); in pool mode the slot is made writable
+// again and goes back to its free list, or is quarantined when a writer
+// still has it open. A generation the slot has left is ignored.
+func (s *Store) Collect(relPath string, gen uint64) error {
+	if s.mode == ModePool {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		if s.closed {
+			return nil
+		}
+		return s.recycleSlot(relPath, gen)
+	}
 	k, seq := parseName(relPath)
 	if k != kindStaging && k != kindSealed {
 		return &Error{Op: "remove", RelPath: relPath, Err: ErrInvalidPath}
@@ -27,6 +43,7 @@ func (s *Store) Remove(relPath string) error {
 	if k == kindStaging {
 		s.takeStaging(seq)
 	}
+	s.st.unlinks.Add(1)
 	switch err := unix.Unlinkat(s.dirfd, relPath, 0); err {
 	case nil:
 	case unix.ENOENT:
@@ -44,6 +61,7 @@ func (s *Store) Remove(relPath string) error {
 
 // dropStaging unlinks a staging file that a seal consumed or gave up on.
 func (s *Store) dropStaging(name string) error {
+	s.st.unlinks.Add(1)
 	switch err := unix.Unlinkat(s.dirfd, name, 0); err {
 	case nil:
 		s.st.staging.Add(-1)

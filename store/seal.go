@@ -36,6 +36,10 @@ type Sealed struct {
 	RelPath string // relative to the store directory
 	Size    int64
 	Path    SealPath
+	// Slot and Generation name the sealed artifact in pool mode: a copying
+	// seal moves it to another slot. Zero and 1 in files mode.
+	Slot       uint64
+	Generation uint64
 }
 
 // Seal makes the staging file relPath immutable and returns its sealed
@@ -60,14 +64,17 @@ type Sealed struct {
 // Whatever the outcome, the staging file is gone afterwards: on failure
 // Seal removes it and any partial copy. Seal never waits for the producer.
 func (s *Store) Seal(relPath string, wantSize int64, digest *[32]byte) (Sealed, error) {
-	k, seq := parseName(relPath)
-	if k != kindStaging || wantSize < 0 {
-		return Sealed{}, &Error{Op: "seal", RelPath: relPath, Err: ErrInvalidPath}
-	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
 		return Sealed{}, &Error{Op: "seal", RelPath: relPath, Err: ErrClosed}
+	}
+	if s.mode == ModePool {
+		return s.sealSlot(relPath, wantSize, digest)
+	}
+	k, seq := parseName(relPath)
+	if k != kindStaging || wantSize < 0 {
+		return Sealed{}, &Error{Op: "seal", RelPath: relPath, Err: ErrInvalidPath}
 	}
 	if s.pool.owns(seq) {
 		return Sealed{}, &Error{Op: "seal", RelPath: relPath, Err: ErrInvalidPath}
@@ -95,12 +102,13 @@ func (s *Store) Seal(relPath string, wantSize int64, digest *[32]byte) (Sealed, 
 	} else {
 		s.st.copySeals.Add(1)
 	}
-	return Sealed{RelPath: sealed, Size: wantSize, Path: path}, nil
+	return Sealed{RelPath: sealed, Size: wantSize, Path: path, Generation: 1}, nil
 }
 
 func (s *Store) seal(staging, sealed string, seq uint64, id fileID, known bool, want int64, digest *[32]byte) (SealPath, error) {
 	// O_NONBLOCK only guards against hanging on a FIFO planted under a
 	// staging name; it changes nothing for a regular file.
+	s.st.opens.Add(1)
 	fd, err := unix.Openat(s.dirfd, staging, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, os.NewSyscallError("openat", err)
@@ -230,6 +238,7 @@ func (s *Store) sealByCopy(src int, staging, sealed string, seq uint64, want int
 		return err
 	}
 	tmp := fileName(kindCopy, seq)
+	s.st.opens.Add(1)
 	dst, err := unix.Openat(s.dirfd, tmp, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return os.NewSyscallError("openat", err)

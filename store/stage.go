@@ -11,6 +11,10 @@ import (
 type Staging struct {
 	RelPath string // relative to the store directory
 	Size    int64  // the allocated length; Seal expects exactly this
+	// Slot and Generation name the slot and its use in pool mode (the
+	// artifact's id and generation); zero and 1 in files mode.
+	Slot       uint64
+	Generation uint64
 }
 
 // Stage returns a fresh staging file of exactly size bytes, mode 0600, all
@@ -29,11 +33,14 @@ func (s *Store) Stage(size int64) (Staging, error) {
 	if s.closed {
 		return Staging{}, &Error{Op: "stage", Err: ErrClosed}
 	}
+	if s.mode == ModePool {
+		return s.stageSlot(size)
+	}
 	if seq, ok := s.pool.take(size); ok {
 		s.st.poolHits.Add(1)
 		s.st.pooled.Add(-1)
 		s.st.staging.Add(1)
-		return Staging{RelPath: fileName(kindStaging, seq), Size: size}, nil
+		return Staging{RelPath: fileName(kindStaging, seq), Size: size, Generation: 1}, nil
 	}
 	s.st.poolMisses.Add(1)
 	seq := s.seq.Add(1)
@@ -42,7 +49,7 @@ func (s *Store) Stage(size int64) (Staging, error) {
 		return Staging{}, &Error{Op: "stage", RelPath: name, Err: err}
 	}
 	s.st.staging.Add(1)
-	return Staging{RelPath: name, Size: size}, nil
+	return Staging{RelPath: name, Size: size, Generation: 1}, nil
 }
 
 // fileID is an inode's identity. Seal checks that a staging name still
@@ -56,6 +63,7 @@ func idOf(st *unix.Stat_t) fileID { return fileID{dev: uint64(st.Dev), ino: st.I
 // behind.
 func (s *Store) createStaging(seq uint64, size int64) error {
 	name := fileName(kindStaging, seq)
+	s.st.opens.Add(1)
 	fd, err := unix.Openat(s.dirfd, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return os.NewSyscallError("openat", err)
@@ -65,6 +73,7 @@ func (s *Store) createStaging(seq uint64, size int64) error {
 		err = os.NewSyscallError("fstat", err)
 	}
 	if err == nil && size > 0 {
+		s.st.fallocates.Add(1)
 		err = fallocate(fd, size)
 	}
 	if cerr := unix.Close(fd); err == nil && cerr != nil {
@@ -137,6 +146,7 @@ func (s *Store) refill() {
 func (s *Store) runJob(j job) error {
 	if j.drop {
 		s.takeStaging(j.seq)
+		s.st.unlinks.Add(1)
 		if err := unix.Unlinkat(s.dirfd, fileName(kindStaging, j.seq), 0); err != nil && err != unix.ENOENT {
 			return os.NewSyscallError("unlinkat", err)
 		}

@@ -20,6 +20,13 @@ type Stats struct {
 	SealMismatch uint64 // seals refused with ErrMismatch
 	SealFailures uint64 // seals that failed for any other reason
 	BytesCopied  uint64 // bytes written by copying seals
+
+	// Pool mode: slot files, those free or quarantined, and their bytes.
+	Slots, FreeSlots, QuarantinedSlots int
+	SlotBytes                          int64
+
+	// System calls on files, for proving what a steady state costs.
+	Opens, Fallocates, Unlinks uint64
 }
 
 type counters struct {
@@ -27,13 +34,15 @@ type counters struct {
 	poolHits, poolMisses, poolErrors        atomic.Uint64
 	leaseSeals, copySeals                   atomic.Uint64
 	sealMismatch, sealFailures, bytesCopied atomic.Uint64
+	opens, fallocates, unlinks              atomic.Uint64
+	slots                                   atomic.Int64
 }
 
 // Stats returns the store's current counts. Each field is read atomically;
 // the snapshot as a whole is not, which is fine for monitoring.
 func (s *Store) Stats() Stats {
 	c := &s.st
-	return Stats{
+	st := Stats{
 		PooledFiles:  c.pooled.Load(),
 		StagingFiles: c.staging.Load(),
 		SealedFiles:  c.sealed.Load(),
@@ -45,5 +54,13 @@ func (s *Store) Stats() Stats {
 		SealMismatch: c.sealMismatch.Load(),
 		SealFailures: c.sealFailures.Load(),
 		BytesCopied:  c.bytesCopied.Load(),
+		Opens:        c.opens.Load(),
+		Fallocates:   c.fallocates.Load(),
+		Unlinks:      c.unlinks.Load(),
 	}
+	if s.slots != nil {
+		ss := s.slots.stats()
+		st.Slots, st.FreeSlots, st.QuarantinedSlots, st.SlotBytes = ss.Slots, ss.Free, ss.Quarantined, ss.Bytes
+	}
+	return st
 }

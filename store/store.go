@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -32,6 +33,15 @@ type Config struct {
 	// PoolSizes is how many distinct recent sizes the pool tracks. Zero
 	// means 4.
 	PoolSizes int
+	// Mode chooses the backend: one file per artifact (ModeFiles, the
+	// default) or slots reused across generations (ModePool).
+	Mode Mode
+	// MaxBytes bounds the bytes of all slots, free ones included, in pool
+	// mode; zero is no bound.
+	MaxBytes int64
+	// IdleAfter is how long free slots of a size nobody stages are kept in
+	// pool mode before they are unlinked [30 s].
+	IdleAfter time.Duration
 }
 
 const (
@@ -52,9 +62,11 @@ type Store struct {
 	dirfd  int // the store directory; every file is opened relative to it
 	marker int // the marker file, held under flock while the store lives
 
-	seq  atomic.Uint64 // last sequence number issued to a file name
-	pool *pool
-	st   counters
+	seq   atomic.Uint64 // last sequence number issued to a file name
+	pool  *pool
+	mode  Mode
+	slots *slotTable // pool mode only
+	st    counters
 
 	inoMu  sync.Mutex
 	inodes map[uint64]fileID // every staging file not yet sealed or removed, by sequence
@@ -111,6 +123,12 @@ func Open(cfg Config) (*Store, error) {
 			os.RemoveAll(s.dir)
 		}
 		return nil, &Error{Op: "open", RelPath: id, Err: err}
+	}
+	s.mode = cfg.Mode
+	if s.mode == ModePool {
+		s.slots = newSlotTable(cfg.MaxBytes, cfg.IdleAfter)
+		go s.janitor()
+		depth = -1 // slots replace the staging pool
 	}
 	s.pool = newPool(depth, sizes, &s.seq)
 	if depth > 0 {
@@ -192,8 +210,14 @@ func (s *Store) abandon() {
 	s.closeOnce.Do(func() { s.closeErr = s.shutdown(false) })
 }
 
+// Mode is the store's backend.
+func (s *Store) Mode() Mode { return s.mode }
+
 func (s *Store) shutdown(remove bool) error {
 	s.pool.stop()
+	if s.slots != nil {
+		s.closeSlots()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
