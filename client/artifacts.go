@@ -98,7 +98,7 @@ func (a Artifacts) Allocate(ctx context.Context, n int64, contentType string) (*
 		return nil, c.locationError(ok.WriteLocation, err)
 	}
 	st := &writerState{f: f}
-	w := &ArtifactWriter{c: c, id: ok.ArtifactID, owner: ok.OwnerID, size: n, contentType: contentType, st: st}
+	w := &ArtifactWriter{c: c, id: ok.ArtifactID, gen: ok.Generation, owner: ok.OwnerID, size: n, contentType: contentType, st: st}
 	owner := ok.OwnerID
 	w.cleanup = watch(c, w, "ArtifactWriter", func() {
 		if st.finish() == nil {
@@ -127,6 +127,7 @@ func (c *Client) locationError(loc wire.Location, err error) error {
 type ArtifactWriter struct {
 	c           *Client
 	id          wire.ArtifactID
+	gen         uint64 // 1 in a files store; the slot's use in a pool store
 	owner       wire.OwnerID
 	size        int64
 	contentType string
@@ -257,7 +258,7 @@ func (w *ArtifactWriter) seal(ctx context.Context, digest wire.Opt[wire.Digest])
 	w.cleanup.Stop() // the seal settles the writer's id, whatever its outcome
 	c := w.c
 	var ok wire.SealOK
-	err := c.roundTrip(ctx, wire.OpArtifactSeal, &wire.Seal{ArtifactID: w.id, Generation: 1, OwnerID: w.owner, Digest: digest}, &ok,
+	err := c.roundTrip(ctx, wire.OpArtifactSeal, &wire.Seal{ArtifactID: w.id, Generation: w.gen, OwnerID: w.owner, Digest: digest}, &ok,
 		func(err error) {
 			// The caller gave up: give back whatever the seal left us, the
 			// new hold or, after a refusal, the writer's id (a retired id

@@ -23,7 +23,9 @@ const (
 )
 
 type artifact struct {
-	id          wire.ArtifactID
+	id          wire.ArtifactID // in pool mode the slot, known once staged
+	gen         uint64          // 1 in files mode; the slot's use in pool mode
+	dead        bool            // abandoned or collected: out of k.artifacts for good
 	size        uint64
 	contentType string
 	state       artState
@@ -50,8 +52,17 @@ type effect struct {
 	art     *artifact
 	replyTo wire.MsgID
 	relPath string
+	gen     uint64 // effUnlink: the generation that ends (pool mode)
 	size    int64
 	digest  *[32]byte
+}
+
+// artLoc is where the store put an artifact: its file and, in pool mode,
+// its slot and generation.
+type artLoc struct {
+	relPath string
+	slot    uint64
+	gen     uint64
 }
 
 type effKind uint8
@@ -59,7 +70,7 @@ type effKind uint8
 const (
 	effStage effKind = iota + 1
 	effSeal
-	effUnlink
+	effUnlink // collect: unlink the file, or recycle the slot's generation
 )
 
 func (k *core) addEffect(e effect) { k.effects = append(k.effects, e) }
@@ -93,9 +104,10 @@ func (k *core) dropRoots(arts []*artifact) {
 // outside the lock. A process that still maps it keeps its pages.
 func (k *core) collect(a *artifact) {
 	delete(k.artifacts, a.id)
+	a.dead = true
 	k.storeBytes -= a.size
 	k.stats.collected++
-	k.addEffect(effect{kind: effUnlink, relPath: a.relPath})
+	k.addEffect(effect{kind: effUnlink, relPath: a.relPath, gen: a.gen})
 }
 
 // checkAttachments validates an envelope's attachments all or nothing and
@@ -136,7 +148,13 @@ func (k *core) checkOwnedRef(c *conn, ref *wire.ArtifactRef, owner wire.OwnerID)
 	if a.state != artSealed {
 		return nil, wire.NewError(wire.ErrArtifactUnsealed, 0, "%s is not sealed", ref.ArtifactID)
 	}
-	if ref.Generation != 1 || ref.ByteLength != a.size || ref.ContentType != a.contentType || ref.Digest != a.digest {
+	if k.pool && ref.Generation != a.gen {
+		// The slot holds another generation now (or not yet): that
+		// artifact is as gone as a collected one.
+		return nil, wire.NewError(wire.ErrArtifactGone, 0, "generation %d of %s is gone (the slot is at generation %d)",
+			ref.Generation, ref.ArtifactID, a.gen)
+	}
+	if ref.Generation != a.gen || ref.ByteLength != a.size || ref.ContentType != a.contentType || ref.Digest != a.digest {
 		return nil, wire.NewError(wire.ErrArtifactMismatch, 0, "the reference disagrees with %s", ref.ArtifactID)
 	}
 	if !k.ownerRoots(c, owner, a) {
@@ -180,11 +198,14 @@ func (k *core) opAllocate(c *conn, env *wire.Envelope) *wire.BusError {
 	if !c.hasRoom(1, k.limits.MaxOwnersPerClient-k.limits.ReservedOwnersPerClient) {
 		return wire.NewError(wire.ErrQuotaExceeded, 0, "the client holds its maxOwnersPerClient budget")
 	}
-	k.nextArtifact++
-	a := &artifact{id: wire.ArtifactID(k.nextArtifact), size: b.ByteLength, contentType: b.ContentType, state: artStaging}
+	a := &artifact{gen: 1, size: b.ByteLength, contentType: b.ContentType, state: artStaging}
+	if !k.pool {
+		k.nextArtifact++
+		a.id = wire.ArtifactID(k.nextArtifact)
+		k.artifacts[a.id] = a
+	} // in pool mode the slot the store hands out names it
 	h := k.newHold(c, a, true)
 	a.writer = h
-	k.artifacts[a.id] = a
 	k.storeBytes += a.size
 	k.addEffect(effect{kind: effStage, conn: c, art: a, replyTo: wire.MsgID(env.ID), size: int64(a.size)})
 	return nil
@@ -197,8 +218,14 @@ func (k *core) newHold(c *conn, a *artifact, writer bool) *hold {
 	return h
 }
 
-// staged completes an allocation after the store's I/O.
+// staged completes an allocation after the store's I/O (files mode).
 func (k *core) staged(e effect, relPath string, err error) {
+	k.stagedAt(e, artLoc{relPath: relPath, gen: 1}, err)
+}
+
+// stagedAt completes an allocation at loc. In pool mode the artifact takes
+// its slot's id and generation here.
+func (k *core) stagedAt(e effect, loc artLoc, err error) {
 	defer k.settle()
 	a, c := e.art, e.conn
 	if err != nil {
@@ -206,25 +233,32 @@ func (k *core) staged(e effect, relPath string, err error) {
 		k.refuseTo(c, wire.OpArtifactAllocate, e.replyTo, wire.NewError(wire.ErrStoreFailure, 0, "staging: %v", err))
 		return
 	}
-	a.relPath = relPath
 	if a.writer == nil || c.closing {
 		// The writer went while the file was prepared: nothing to hand out,
 		// but the command still gets its answer.
-		k.addEffect(effect{kind: effUnlink, relPath: relPath})
-		k.refuseTo(c, wire.OpArtifactAllocate, e.replyTo, wire.NewError(wire.ErrArtifactGone, 0, "%s was released while it was staged", a.id))
+		k.addEffect(effect{kind: effUnlink, relPath: loc.relPath, gen: loc.gen})
+		k.refuseTo(c, wire.OpArtifactAllocate, e.replyTo, wire.NewError(wire.ErrArtifactGone, 0, "the artifact was released while it was staged"))
 		return
 	}
-	k.replyTo(c, wire.OpArtifactAllocate, e.replyTo, &wire.AllocateOK{ArtifactID: a.id, Generation: 1,
-		OwnerID: wire.HoldOwner(a.writer.id), WriteLocation: wire.Location{StoreID: k.storeID, RelativePath: relPath}})
+	a.relPath = loc.relPath
+	if k.pool {
+		a.id, a.gen = wire.ArtifactID(loc.slot), loc.gen
+		k.artifacts[a.id] = a
+	}
+	k.replyTo(c, wire.OpArtifactAllocate, e.replyTo, &wire.AllocateOK{ArtifactID: a.id, Generation: a.gen,
+		OwnerID: wire.HoldOwner(a.writer.id), WriteLocation: wire.Location{StoreID: k.storeID, RelativePath: a.relPath}})
 }
 
 // abandon drops an unsealed artifact and its reservation; its staging file
-// (once it has one) is unlinked outside the lock.
+// (once it has one) is unlinked, or its slot recycled, outside the lock.
 func (k *core) abandon(a *artifact) {
-	if k.artifacts[a.id] != a {
+	if a.dead {
 		return
 	}
-	delete(k.artifacts, a.id)
+	a.dead = true
+	if k.artifacts[a.id] == a {
+		delete(k.artifacts, a.id)
+	}
 	k.storeBytes -= a.size
 	if a.copyReserve {
 		k.storeBytes -= a.size
@@ -235,7 +269,7 @@ func (k *core) abandon(a *artifact) {
 		a.writer = nil
 	}
 	if a.relPath != "" && a.state == artStaging {
-		k.addEffect(effect{kind: effUnlink, relPath: a.relPath})
+		k.addEffect(effect{kind: effUnlink, relPath: a.relPath, gen: a.gen})
 	}
 }
 
@@ -255,8 +289,8 @@ func (k *core) opSeal(c *conn, env *wire.Envelope) *wire.BusError {
 		return wire.NewError(wire.ErrOwnerInvalid, 0, "%s is not the writer of %s", b.OwnerID, b.ArtifactID)
 	}
 	a := h.art
-	if b.Generation != 1 {
-		return wire.NewError(wire.ErrArtifactMismatch, 0, "generation is always 1")
+	if b.Generation != a.gen {
+		return wire.NewError(wire.ErrArtifactMismatch, 0, "%s is being written at generation %d", a.id, a.gen)
 	}
 	if a.state != artStaging || a.relPath == "" {
 		return wire.NewError(wire.ErrArtifactUnsealed, 0, "%s is already being sealed", a.id)
@@ -278,9 +312,16 @@ func (k *core) opSeal(c *conn, env *wire.Envelope) *wire.BusError {
 	return nil
 }
 
-// sealed completes a seal after the store's I/O. A writer released or
-// disconnected meanwhile means the artifact is never published.
+// sealed completes a seal after the store's I/O (files mode).
 func (k *core) sealed(e effect, relPath string, mismatch bool, err error) {
+	k.sealedAt(e, artLoc{relPath: relPath, gen: 1}, mismatch, err)
+}
+
+// sealedAt completes a seal that put the artifact at loc. A writer released
+// or disconnected meanwhile means the artifact is never published. In pool
+// mode a copying seal moves the artifact to another slot; the store keeps
+// the one it left quarantined, so no effect names it.
+func (k *core) sealedAt(e effect, loc artLoc, mismatch bool, err error) {
 	defer k.settle()
 	a, c := e.art, e.conn
 	if a.copyReserve {
@@ -297,12 +338,21 @@ func (k *core) sealed(e effect, relPath string, mismatch bool, err error) {
 		k.refuseTo(c, wire.OpArtifactSeal, e.replyTo, wire.NewError(code, 0, "seal: %v", err))
 		return
 	}
-	a.relPath = relPath
+	a.relPath = loc.relPath
+	if k.pool && wire.ArtifactID(loc.slot) != a.id {
+		if k.artifacts[a.id] == a {
+			delete(k.artifacts, a.id)
+		}
+		a.id, a.gen = wire.ArtifactID(loc.slot), loc.gen
+		if !a.dead {
+			k.artifacts[a.id] = a
+		}
+	}
 	if a.writer == nil || c.closing {
 		// Released or disconnected mid-seal: never published.
 		a.state = artSealed
 		k.abandonSealedFailure(a)
-		k.addEffect(effect{kind: effUnlink, relPath: relPath})
+		k.addEffect(effect{kind: effUnlink, relPath: loc.relPath, gen: loc.gen})
 		k.refuseTo(c, wire.OpArtifactSeal, e.replyTo, wire.NewError(wire.ErrArtifactGone, 0, "%s was released during its seal", a.id))
 		return
 	}
@@ -317,8 +367,11 @@ func (k *core) sealed(e effect, relPath string, mismatch bool, err error) {
 // abandonSealedFailure forgets an artifact whose seal failed or whose
 // writer left during the seal.
 func (k *core) abandonSealedFailure(a *artifact) {
-	if k.artifacts[a.id] == a {
-		delete(k.artifacts, a.id)
+	if !a.dead {
+		a.dead = true
+		if k.artifacts[a.id] == a {
+			delete(k.artifacts, a.id)
+		}
 		k.storeBytes -= a.size
 	}
 	if a.writer != nil {
@@ -328,7 +381,7 @@ func (k *core) abandonSealedFailure(a *artifact) {
 }
 
 func (k *core) refOf(a *artifact) wire.ArtifactRef {
-	return wire.ArtifactRef{StoreID: k.storeID, ArtifactID: a.id, Generation: 1, ByteLength: a.size,
+	return wire.ArtifactRef{StoreID: k.storeID, ArtifactID: a.id, Generation: a.gen, ByteLength: a.size,
 		ContentType: a.contentType, Digest: a.digest}
 }
 

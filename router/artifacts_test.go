@@ -47,20 +47,33 @@ func produce(t *testing.T, c *client.Client, data []byte) *client.Artifact {
 }
 
 // sealedFiles counts sealed artifact files in the router's store directory
-// (the staging pool's prepared files are not artifacts).
+// (the staging pool's prepared files are not artifacts): in pool mode the
+// slots holding a sealed generation, which are the 0444 ones.
 func sealedFiles(t *testing.T, h *harness) int {
+	t.Helper()
+	return len(sealedPaths(t, h))
+}
+
+func sealedPaths(t *testing.T, h *harness) []string {
 	t.Helper()
 	ents, err := os.ReadDir(h.r.StoreDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	var out []string
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), "sealed-") || strings.HasPrefix(e.Name(), "copy-") {
-			n++
+		name := e.Name()
+		sealed := strings.HasPrefix(name, "sealed-") || strings.HasPrefix(name, "copy-")
+		if strings.HasPrefix(name, "slot-") {
+			if fi, err := e.Info(); err == nil && fi.Mode().Perm() == 0o444 {
+				sealed = true
+			}
+		}
+		if sealed {
+			out = append(out, filepath.Join(h.r.StoreDir(), name))
 		}
 	}
-	return n
+	return out
 }
 
 func settled(h *harness) func() bool {
@@ -128,11 +141,8 @@ func barrier(t *testing.T, c *client.Client) {
 
 func findSealed(t *testing.T, h *harness) string {
 	t.Helper()
-	ents, _ := os.ReadDir(h.r.StoreDir())
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), "sealed-") {
-			return filepath.Join(h.r.StoreDir(), e.Name())
-		}
+	if p := sealedPaths(t, h); len(p) > 0 {
+		return p[0]
 	}
 	t.Fatal("no sealed file")
 	return ""

@@ -31,6 +31,7 @@ type core struct {
 	overflowed                          []*conn    // control lanes exhausted in this step; see settle
 
 	hasStore     bool
+	pool         bool // the store reuses slots: artifact ids are slots, generations count
 	artifacts    map[wire.ArtifactID]*artifact
 	nextArtifact uint64
 	storeBytes   uint64 // staging, sealed and seal-copy reservations
@@ -478,10 +479,21 @@ type Stats struct {
 	LeaseSeals       uint64 // seals that moved no bytes (write lease granted)
 	CopySeals        uint64 // seals that copied (a writer kept the file open)
 	Collected        uint64 // artifacts collected after their last root
-	StoreFiles       int64  // staging and sealed files on disk
+	StoreFiles       int64  // staging and sealed files on disk; in pool mode, slots holding an artifact
 	PoolHits         uint64 // allocations served by a prepared staging file
 	PoolMisses       uint64
-	Refusals         map[string]uint64 // by error code
+	// Pool mode: slot files (free and quarantined ones included), those
+	// free, those kept from reuse because a writer held them, their bytes.
+	Slots            int64
+	FreeSlots        int64
+	QuarantinedSlots int64
+	SlotBytes        int64
+	// The store's open, fallocate and unlink calls: in pool mode's steady
+	// state none happen per frame.
+	StoreOpens      uint64
+	StoreFallocates uint64
+	StoreUnlinks    uint64
+	Refusals        map[string]uint64 // by error code
 }
 
 func (k *core) snapshot() Stats {

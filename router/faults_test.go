@@ -21,6 +21,7 @@ import (
 	"github.com/flybus/flybus/client"
 	"github.com/flybus/flybus/internal/leakcheck"
 	"github.com/flybus/flybus/router"
+	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -316,7 +317,11 @@ func TestFaultConsumerDiesMidRead(t *testing.T) {
 				t.Fatal("the file outlived its last logical owner")
 			}
 			churn(t, pub, frameSize, 3)
-			if !bytes.Equal(v.Bytes(), data) {
+			// Files mode: the unlinked inode's pages stay with the mapping.
+			// Pool mode reuses the slot, and a mapping left open past its
+			// artifact's collection sees later generations: the per-slot
+			// read grant the mode documents.
+			if h.mode == store.ModeFiles && !bytes.Equal(v.Bytes(), data) {
 				t.Fatal("mapped bytes changed after collection")
 			}
 			// A cut connection lost its router; a closed one says so.
@@ -363,7 +368,7 @@ func TestFaultConsumerDiesMidRead(t *testing.T) {
 			return s.Artifacts == 0 && s.StoreFiles == 0 && s.Calls == 0
 		})
 		churn(t, caller, len(data), 2)
-		if !bytes.Equal(v.Bytes(), data) {
+		if h.mode == store.ModeFiles && !bytes.Equal(v.Bytes(), data) { // see the consumer's case above
 			t.Fatal("a dead service's mapped bytes changed")
 		}
 		v.Close()

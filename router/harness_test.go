@@ -13,6 +13,7 @@ import (
 	"github.com/flybus/flybus/client"
 	"github.com/flybus/flybus/internal/leakcheck"
 	"github.com/flybus/flybus/router"
+	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -27,17 +28,39 @@ type harness struct {
 	socket string            // unbound listener path (open policy only)
 	bound  map[string]string // client id -> bound listener path
 	root   string            // the router's store root
+	mode   store.Mode        // the store's backend
 }
 
 // open is the configuration most tests use: a trusted deployment.
 func open() router.Config { return router.Config{Policy: router.OpenPolicy()} }
 
+// storeModes are the store backends every integration test runs over; a
+// test that configures StoreMode itself runs in that mode only.
+var storeModes = []store.Mode{store.ModeFiles, store.ModePool}
+
 func forEachTransport(t *testing.T, cfg router.Config, fn func(t *testing.T, h *harness)) {
-	for _, unix := range []bool{false, true} {
-		name := "memory"
-		if unix {
-			name = "unix"
+	modes := storeModes
+	if cfg.StoreMode != store.ModeFiles {
+		modes = []store.Mode{cfg.StoreMode}
+	}
+	for _, mode := range modes {
+		cfg := cfg
+		cfg.StoreMode = mode
+		for _, unix := range []bool{false, true} {
+			name := "memory"
+			if unix {
+				name = "unix"
+			}
+			if mode != store.ModeFiles {
+				name += "/" + mode.String()
+			}
+			forTransport(t, name, cfg, unix, fn)
 		}
+	}
+}
+
+func forTransport(t *testing.T, name string, cfg router.Config, unix bool, fn func(t *testing.T, h *harness)) {
+	{
 		t.Run(name, func(t *testing.T) {
 			base := leakcheck.Goroutines()
 			fdBase, _ := leakcheck.FDs()
@@ -79,7 +102,7 @@ func newHarness(t *testing.T, cfg router.Config, unix bool) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, r: r, unix: unix, dir: t.TempDir(), bound: map[string]string{}, root: cfg.StoreRoot}
+	h := &harness{t: t, r: r, unix: unix, dir: t.TempDir(), bound: map[string]string{}, root: cfg.StoreRoot, mode: cfg.StoreMode}
 	if unix && cfg.Policy.IsOpen() {
 		h.socket = filepath.Join(h.dir, "open.sock")
 		if _, err := r.ListenUnix(h.socket); err != nil {

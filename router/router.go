@@ -24,7 +24,11 @@ type Config struct {
 	// point). Empty gives the router a private root of its own on the
 	// runtime tmpfs (see StoreRoot), removed at Shutdown; clients connected
 	// in memory learn it without being told.
-	StoreRoot    string
+	StoreRoot string
+	// StoreMode chooses the artifact store's backend: store.ModeFiles (the
+	// default: one file per artifact) or store.ModePool (slot files reused
+	// across generations; see the store package).
+	StoreMode    store.Mode
 	Limits       wire.Limits
 	Policy       Policy
 	HelloTimeout time.Duration // default 5 s
@@ -96,7 +100,8 @@ func New(cfg Config) (*Router, error) {
 		r.cfg.StoreRoot, r.private = root, true
 	}
 	// Opening the store also removes orphaned stores of dead routers.
-	st, err := store.Open(store.Config{Root: r.cfg.StoreRoot, ID: r.storeID.String()})
+	st, err := store.Open(store.Config{Root: r.cfg.StoreRoot, ID: r.storeID.String(), Mode: cfg.StoreMode,
+		MaxBytes: int64(min(cfg.Limits.MaxStoreBytes, 1<<62))})
 	if err != nil {
 		if r.private {
 			os.RemoveAll(r.cfg.StoreRoot)
@@ -109,6 +114,7 @@ func New(cfg Config) (*Router, error) {
 	r.store = st
 	r.core = newCore(cfg.Limits, cfg.Policy, r.routerID, r.storeID)
 	r.core.hasStore = true
+	r.core.pool = cfg.StoreMode == store.ModePool
 	return r, nil
 }
 
@@ -161,7 +167,12 @@ func (r *Router) Stats() Stats {
 	st := r.store.Stats()
 	s.LeaseSeals, s.CopySeals = st.LeaseSeals, st.CopySeals
 	s.StoreFiles = st.StagingFiles + st.SealedFiles
+	if r.store.Mode() == store.ModePool {
+		s.StoreFiles = int64(st.Slots - st.FreeSlots - st.QuarantinedSlots) // slots holding an artifact
+	}
 	s.PoolHits, s.PoolMisses = st.PoolHits, st.PoolMisses
+	s.Slots, s.FreeSlots, s.QuarantinedSlots, s.SlotBytes = int64(st.Slots), int64(st.FreeSlots), int64(st.QuarantinedSlots), st.SlotBytes
+	s.StoreOpens, s.StoreFallocates, s.StoreUnlinks = st.Opens, st.Fallocates, st.Unlinks
 	return s
 }
 
@@ -270,16 +281,18 @@ func (r *Router) runEffect(e effect) {
 	switch e.kind {
 	case effStage:
 		st, err := r.store.Stage(e.size)
-		r.step(func(k *core) { k.staged(e, st.RelPath, err) })
+		loc := artLoc{relPath: st.RelPath, slot: st.Slot, gen: st.Generation}
+		r.step(func(k *core) { k.stagedAt(e, loc, err) })
 	case effSeal:
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
 			sealed, err := r.store.Seal(e.relPath, e.size, e.digest)
-			r.step(func(k *core) { k.sealed(e, sealed.RelPath, errors.Is(err, store.ErrMismatch), err) })
+			loc := artLoc{relPath: sealed.RelPath, slot: sealed.Slot, gen: sealed.Generation}
+			r.step(func(k *core) { k.sealedAt(e, loc, errors.Is(err, store.ErrMismatch), err) })
 		}()
 	case effUnlink:
-		if err := r.store.Remove(e.relPath); err != nil {
+		if err := r.store.Collect(e.relPath, e.gen); err != nil {
 			r.cfg.Logger.Warn("collecting an artifact file failed", "path", e.relPath, "err", err)
 		}
 	}
