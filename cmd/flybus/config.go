@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flybus/flybus/router"
+	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -41,15 +42,17 @@ type policyConfig struct {
 
 // fileConfig is a parsed --config file; nil or empty fields were absent.
 type fileConfig struct {
-	Store  *string
-	Listen []listenSpec // nil when the key is absent
-	Policy *policyConfig
-	Limits []limitSetting
+	Store     *string
+	StoreMode *string
+	Listen    []listenSpec // nil when the key is absent
+	Policy    *policyConfig
+	Limits    []limitSetting
 }
 
 // serveOptions are the serve flags as typed.
 type serveOptions struct {
 	store        string
+	storeMode    string
 	listen       listFlag
 	open         bool
 	config       string
@@ -64,6 +67,7 @@ type serveOptions struct {
 // serveConfig is what serve runs with, fully validated.
 type serveConfig struct {
 	Store        string
+	StoreMode    store.Mode
 	Listen       []listenSpec
 	Open         bool
 	Default      *router.Grants
@@ -116,6 +120,17 @@ func resolveServe(o *serveOptions, readFile func(string) ([]byte, error)) (*serv
 	}
 	if c.Store == "" {
 		return nil, errors.New("no store: give --store DIR (or \"store\" in the config file)")
+	}
+	mode := "files"
+	if fc.StoreMode != nil {
+		mode = *fc.StoreMode
+	}
+	if o.set["store-mode"] {
+		mode = o.storeMode
+	}
+	var err error
+	if c.StoreMode, err = store.ParseMode(mode); err != nil {
+		return nil, err
 	}
 
 	c.Listen = fc.Listen
@@ -299,7 +314,7 @@ func parseConfig(data []byte) (*fileConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := knownKeys(top, "the top level", "store", "listen", "policy", "limits"); err != nil {
+	if err := knownKeys(top, "the top level", "store", "storeMode", "listen", "policy", "limits"); err != nil {
 		return nil, err
 	}
 	fc := &fileConfig{}
@@ -309,6 +324,16 @@ func parseConfig(data []byte) (*fileConfig, error) {
 			return nil, err
 		}
 		fc.Store = &s
+	}
+	if raw, ok := top["storeMode"]; ok {
+		var s string
+		if err := strictString(raw, "storeMode", &s); err != nil {
+			return nil, err
+		}
+		if _, err := store.ParseMode(s); err != nil {
+			return nil, err
+		}
+		fc.StoreMode = &s
 	}
 	if raw, ok := top["listen"]; ok {
 		if fc.Listen, err = parseListen(raw); err != nil {

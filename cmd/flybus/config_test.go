@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flybus/flybus/router"
+	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -24,6 +25,7 @@ func patterns(ps []router.Pattern) []string {
 func TestParseConfigEveryKey(t *testing.T) {
 	fc, err := parseConfig([]byte(`{
 		"store": "/dev/shm/flybus",
+		"storeMode": "pool",
 		"listen": [{"path": "/run/a.sock", "client": "agent-a"}, {"path": "/run/open.sock", "client": null}, {"path": "/run/b.sock"}],
 		"policy": {
 			"open": false,
@@ -41,6 +43,9 @@ func TestParseConfigEveryKey(t *testing.T) {
 	}
 	if fc.Store == nil || *fc.Store != "/dev/shm/flybus" {
 		t.Errorf("store %v", fc.Store)
+	}
+	if fc.StoreMode == nil || *fc.StoreMode != "pool" {
+		t.Errorf("storeMode %v", fc.StoreMode)
 	}
 	want := []listenSpec{{"/run/a.sock", "agent-a"}, {"/run/open.sock", ""}, {"/run/b.sock", ""}}
 	if !slices.Equal(fc.Listen, want) {
@@ -90,6 +95,8 @@ func TestParseConfigRefusals(t *testing.T) {
 		"Type/TopNotObject":         {`[]`, "the top level: must be a JSON object"},
 		"Type/Store":                {`{"store": 7}`, "store: must be a string"},
 		"Type/StoreNull":            {`{"store": null}`, "store: must be a string"},
+		"StoreMode/Unknown":         {`{"storeMode": "slots"}`, `store mode "slots" is neither "files" nor "pool"`},
+		"StoreMode/Type":            {`{"storeMode": 1}`, "storeMode: must be a string"},
 		"Type/Listen":               {`{"listen": {"path": "a"}}`, "listen: must be an array"},
 		"Type/ListenPathMissing":    {`{"listen": [{"client": "a"}]}`, "listen[0].path: missing"},
 		"Type/ListenClient":         {`{"listen": [{"path": "a", "client": "Agent A"}]}`, `listen[0].client: "Agent A" is not a valid client id`},
@@ -316,5 +323,31 @@ func TestMetricsAddr(t *testing.T) {
 		if got, err := metricsAddr(in); err == nil {
 			t.Errorf("metricsAddr(%q) = %q, want an error", in, got)
 		}
+	}
+}
+
+// --store-mode picks the backend, overrides the file, and refuses anything
+// but files and pool.
+func TestServeStoreMode(t *testing.T) {
+	read := func(string) ([]byte, error) { return []byte(`{"storeMode": "pool"}`), nil }
+	for _, tc := range []struct {
+		args []string
+		want store.Mode
+	}{
+		{[]string{"--store", "/dev/shm/x", "--listen", "/tmp/x.sock", "--open"}, store.ModeFiles},
+		{[]string{"--store", "/dev/shm/x", "--listen", "/tmp/x.sock", "--open", "--store-mode", "pool"}, store.ModePool},
+		{[]string{"--store", "/dev/shm/x", "--listen", "/tmp/x.sock", "--open", "--config", "f"}, store.ModePool},
+		{[]string{"--store", "/dev/shm/x", "--listen", "/tmp/x.sock", "--open", "--config", "f", "--store-mode", "files"}, store.ModeFiles},
+	} {
+		c, err := resolveServe(options(t, tc.args...), read)
+		if err != nil {
+			t.Errorf("%v: %v", tc.args, err)
+		} else if c.StoreMode != tc.want {
+			t.Errorf("%v: mode %v, want %v", tc.args, c.StoreMode, tc.want)
+		}
+	}
+	if _, err := resolveServe(options(t, "--store", "/dev/shm/x", "--listen", "/tmp/x.sock", "--open", "--store-mode", "slots"), read); err == nil ||
+		!strings.Contains(err.Error(), `"slots"`) {
+		t.Fatalf("--store-mode slots: %v", err)
 	}
 }

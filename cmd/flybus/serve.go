@@ -31,6 +31,7 @@ var serveCmd = &command{
 func serveFlags(o *serveOptions) *flag.FlagSet {
 	set := newFlagSet("serve")
 	set.StringVar(&o.store, "store", "", "store root `DIR`: the router keeps its artifacts in DIR/<storeId>/\n(a tmpfs, e.g. /dev/shm/flybus); created if missing")
+	set.StringVar(&o.storeMode, "store-mode", "files", "`MODE` of the artifact store: files (a file per artifact, unlinked after its\nlast owner) or pool (slot files reused across generations: no file created,\nmapped or unlinked per frame; consumers keep each slot mapped)")
 	set.Var(&o.listen, "listen", "a Unix socket to listen on, `PATH[=CLIENT_ID]` (repeatable): with =CLIENT_ID only\nthat client may connect there; a bare PATH is unbound and needs --open")
 	set.BoolVar(&o.open, "open", false, "open policy: any client id with every grant, self-asserted (trusted deployments only)")
 	set.StringVar(&o.config, "config", "", "read the JSON configuration `FILE` (see below); flags override it")
@@ -67,7 +68,7 @@ Without a policy (no --open, no "policy" in the file), each CLIENT_ID bound
 with --listen is admitted with every grant.
 
 The --config file (unknown keys are refused):
-  {"store": DIR,
+  {"store": DIR, "storeMode": "files" or "pool",
    "listen": [{"path": PATH, "client": CLIENT_ID or null}],
    "policy": {"open": BOOL, "default": GRANTS or null, "clients": {CLIENT_ID: GRANTS}},
    "limits": {NAME: VALUE}}
@@ -179,7 +180,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger, stdout io.Wr
 	}
 	created := missingDirs(cfg.Store)
 
-	r, err := router.New(router.Config{StoreRoot: cfg.Store, Limits: cfg.Limits, Policy: cfg.Policy(),
+	r, err := router.New(router.Config{StoreRoot: cfg.Store, StoreMode: cfg.StoreMode, Limits: cfg.Limits, Policy: cfg.Policy(),
 		HelloTimeout: cfg.HelloTimeout, Logger: log})
 	if err != nil {
 		if metricsLn != nil {
@@ -241,7 +242,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger, stdout io.Wr
 	line, _ := json.Marshal(readyLine{Ready: true, RouterID: r.RouterID().String(),
 		StoreID: r.StoreID().String(), Sockets: paths})
 	fmt.Fprintf(stdout, "%s\n", line)
-	log.Info("router ready", "routerId", r.RouterID().String(), "storeDir", r.StoreDir(), "sockets", paths)
+	log.Info("router ready", "routerId", r.RouterID().String(), "storeDir", r.StoreDir(), "storeMode", cfg.StoreMode.String(), "sockets", paths)
 
 	<-ctx.Done()
 	log.Info("shutting down")
