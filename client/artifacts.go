@@ -366,42 +366,66 @@ func (a *Artifact) Retain(ctx context.Context) (*Artifact, error) {
 }
 
 // openFile resolves a read location through artifact.open and opens it.
-func (a *Artifact) openFile(ctx context.Context) (*os.File, error) {
+func (a *Artifact) openFile(ctx context.Context) (*os.File, wire.Location, error) {
 	if a.c.cfg.StoreRoot == "" {
-		return nil, ErrNoStoreRoot
+		return nil, wire.Location{}, ErrNoStoreRoot
 	}
 	var ok wire.OpenOK
+	a.c.artifactOpens.Add(1)
 	if err := a.c.roundTrip(ctx, wire.OpArtifactOpen, &wire.RefOwner{Ref: a.ref, OwnerID: a.g.owner}, &ok, nil); err != nil {
-		return nil, err
+		return nil, wire.Location{}, err
 	}
 	f, err := store.OpenRead(a.c.cfg.StoreRoot, ok.ReadLocation.StoreID.String(), ok.ReadLocation.RelativePath)
 	if err != nil {
-		return nil, a.c.locationError(ok.ReadLocation, err)
+		return nil, ok.ReadLocation, a.c.locationError(ok.ReadLocation, err)
 	}
-	return f, nil
+	return f, ok.ReadLocation, nil
 }
 
 // openHeld opens the artifact's file with a reference on its owner taken
 // for the caller; on failure the reference is given back.
-func (a *Artifact) openHeld(ctx context.Context) (*os.File, error) {
+func (a *Artifact) openHeld(ctx context.Context) (*os.File, wire.Location, error) {
 	if err := a.take(); err != nil {
-		return nil, err
+		return nil, wire.Location{}, err
 	}
-	f, err := a.openFile(ctx)
+	f, loc, err := a.openFile(ctx)
 	if err != nil {
 		a.g.drop()
-		return nil, err
+		return nil, loc, err
 	}
-	return f, nil
+	return f, loc, nil
 }
 
 // View maps the artifact read-only. The view keeps the artifact's owner
-// alive until it is closed, so its bytes cannot outlive their handle.
+// alive until it is closed, so its bytes cannot outlive their handle. From
+// a pooled store, a slot this connection viewed before is read through its
+// cached mapping: no round trip, no mapping (see Config.MapPerView).
 func (a *Artifact) View(ctx context.Context) (*ArtifactView, error) {
-	f, err := a.openHeld(ctx)
+	c, size := a.c, int(a.ref.ByteLength)
+	cache := !c.cfg.MapPerView && size > 0
+	if cache {
+		if err := a.take(); err != nil {
+			return nil, err
+		}
+		if sm := c.slots.get(a.ref.ArtifactID, size); sm != nil {
+			return a.cachedView(sm, size), nil
+		}
+		a.g.drop()
+	}
+	f, loc, err := a.openHeld(ctx)
 	if err != nil {
 		return nil, err
 	}
+	if cache && store.IsSlotPath(loc.RelativePath) {
+		r, err := mmap.MapRegion(f, int64(size))
+		f.Close() // the mapping keeps the pages
+		if err != nil {
+			a.g.drop()
+			return nil, err
+		}
+		return a.cachedView(c.slots.put(a.ref.ArtifactID, r), size), nil
+	}
+	c.maps.Add(1)
 	m, err := mmap.MapFile(f, int64(a.ref.ByteLength))
 	cerr := f.Close() // the mapping keeps the pages; the descriptor is not needed
 	if err == nil {
@@ -414,15 +438,28 @@ func (a *Artifact) View(ctx context.Context) (*ArtifactView, error) {
 		a.g.drop()
 		return nil, err
 	}
-	v := &ArtifactView{m: m, g: a.g}
+	v := &ArtifactView{m: m, g: a.g, c: a.c}
 	g := a.g
-	v.cleanup = watch(a.c, v, "ArtifactView", func() { m.Close(); g.drop() })
+	v.cleanup = watch(a.c, v, "ArtifactView", func() { m.Close(); c.unmaps.Add(1); g.drop() })
 	return v, nil
 }
 
-// ArtifactView is a read-only mapping of an artifact.
+// cachedView is a view of the first size bytes of a cached slot mapping,
+// holding the reference on the owner the caller took.
+func (a *Artifact) cachedView(sm *slotMap, size int) *ArtifactView {
+	c, g := a.c, a.g
+	v := &ArtifactView{sm: sm, data: sm.r.Bytes()[:size:size], g: g, c: c}
+	v.cleanup = watch(c, v, "ArtifactView", func() { c.slots.release(sm); g.drop() })
+	return v
+}
+
+// ArtifactView is a read-only mapping of an artifact: a mapping of its
+// own, or a slice of a cached slot mapping (pool mode).
 type ArtifactView struct {
-	m       *mmap.View
+	m       *mmap.View // its own mapping, or
+	sm      *slotMap   // the cached slot mapping data slices
+	data    []byte
+	c       *Client
 	g       *guard
 	closed  atomic.Bool
 	cleanup runtime.Cleanup
@@ -430,15 +467,30 @@ type ArtifactView struct {
 
 // Bytes is the artifact's content, valid until Close. Never write to it.
 // After Close it is nil.
-func (v *ArtifactView) Bytes() []byte { return v.m.Bytes() }
+func (v *ArtifactView) Bytes() []byte {
+	if v.sm != nil {
+		if v.closed.Load() {
+			return nil
+		}
+		return v.data
+	}
+	return v.m.Bytes()
+}
 
-// Close unmaps and releases the view's hold on the artifact's owner.
+// Close unmaps (or lets go of the cached slot mapping) and releases the
+// view's hold on the artifact's owner.
 func (v *ArtifactView) Close() error {
 	if v.closed.Swap(true) {
 		return nil
 	}
 	v.cleanup.Stop()
-	err := v.m.Close()
+	var err error
+	if v.sm != nil {
+		v.c.slots.release(v.sm)
+	} else {
+		err = v.m.Close()
+		v.c.unmaps.Add(1)
+	}
 	v.g.drop()
 	return err
 }
@@ -454,7 +506,7 @@ type ArtifactReader struct {
 
 // ReaderAt opens the artifact for positioned reads; close it when done.
 func (a *Artifact) ReaderAt(ctx context.Context) (*ArtifactReader, error) {
-	f, err := a.openHeld(ctx)
+	f, _, err := a.openHeld(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -31,6 +31,11 @@ type Config struct {
 	// Logger receives the client's warnings, such as a handle collected
 	// without Close [slog.Default()].
 	Logger *slog.Logger
+	// MapPerView maps every View of its own even when the router's store
+	// runs in pool mode, instead of slicing a cached mapping of the slot.
+	// Slower; for tests, where a read after Close should fault rather than
+	// show the slot's later generation.
+	MapPerView bool
 }
 
 // Info describes the negotiated session.
@@ -80,6 +85,9 @@ type Client struct {
 	discards      map[wire.Op]wire.Body // the reader's targets for unawaited replies
 	controlErrors atomic.Uint64
 	leaks         atomic.Uint64
+	slots         slotCache     // pool mode: one mapping per viewed slot
+	artifactOpens atomic.Uint64 // artifact.open round trips
+	maps, unmaps  atomic.Uint64 // per-view mappings
 	wg            sync.WaitGroup
 	closed        chan struct{} // closed once lost is set
 }
@@ -267,6 +275,7 @@ func (c *Client) fail(err error) {
 		err = ErrClosed // whatever ended the connection, the program asked for it
 	}
 	c.lost = err
+	defer c.slots.close() // views still open keep their slot mapped
 	waiters := c.waiters
 	c.waiters = map[uint64]*waiter{}
 	queued := append(c.ordinary, c.control...)

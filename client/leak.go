@@ -42,9 +42,20 @@ type Stats struct {
 	// ControlErrors counts fire-and-forget commands (consumes, releases,
 	// unregisters, cancels) the router refused.
 	ControlErrors uint64
+	// ArtifactOpens counts artifact.open round trips (View, ReaderAt).
+	ArtifactOpens uint64
+	// Maps and Unmaps count mmap and munmap calls for views: per view in
+	// files mode, per slot in pool mode.
+	Maps, Unmaps uint64
+	// CachedSlots is how many slots are mapped now (pool mode), and
+	// CachedViews how many views were served by a cached mapping.
+	CachedSlots int
+	CachedViews uint64
 }
 
 // Stats returns the client's counters.
 func (c *Client) Stats() Stats {
-	return Stats{Leaked: c.leaks.Load(), ControlErrors: c.controlErrors.Load()}
+	cached, hits, maps, unmaps := c.slots.cacheStats()
+	return Stats{Leaked: c.leaks.Load(), ControlErrors: c.controlErrors.Load(), ArtifactOpens: c.artifactOpens.Load(),
+		Maps: c.maps.Load() + maps, Unmaps: c.unmaps.Load() + unmaps, CachedSlots: cached, CachedViews: hits}
 }

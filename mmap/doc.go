@@ -21,6 +21,13 @@
 // BenchmarkWritable and BenchmarkKernelFloor measure this on the machine at
 // hand.
 //
+// A Region is a long-lived read-only mapping of a whole file: a consumer's
+// cached mapping of a pooled store's slot, made once per slot and read for
+// many generations. Regions are made off the hot path with mmap-go's
+// MapRegion; Views, made and unmapped per frame in files mode, call
+// unix.MmapPtr directly to skip x/sys's table of active mappings (a global
+// lock and a map insert per call).
+//
 // A handle that is garbage collected without Close is unmapped by a
 // runtime cleanup and counted by Leaked. That is a safety net for a bug, not
 // a way to manage mappings: the mapping lives until some later collection.

@@ -290,7 +290,10 @@ func (k *core) opSeal(c *conn, env *wire.Envelope) *wire.BusError {
 	}
 	a := h.art
 	if b.Generation != a.gen {
-		return wire.NewError(wire.ErrArtifactMismatch, 0, "%s is being written at generation %d", a.id, a.gen)
+		if k.pool {
+			return wire.NewError(wire.ErrArtifactGone, 0, "generation %d of %s is gone (its writer writes generation %d)", b.Generation, a.id, a.gen)
+		}
+		return wire.NewError(wire.ErrArtifactMismatch, 0, "generation is always 1")
 	}
 	if a.state != artStaging || a.relPath == "" {
 		return wire.NewError(wire.ErrArtifactUnsealed, 0, "%s is already being sealed", a.id)

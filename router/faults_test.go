@@ -42,7 +42,7 @@ func dialKept(t *testing.T, h *harness, id string) (*client.Client, net.Conn) {
 		t.Fatalf("connect %s: %v", id, err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return c, nc
+	return h.track(c), nc
 }
 
 // cut drops a client's transport without any goodbye and waits until the
@@ -75,8 +75,8 @@ func requireDrained(t *testing.T, h *harness, maps0 int) {
 	if n := sealedFiles(t, h); n != 0 {
 		t.Fatalf("%d sealed files left in the store", n)
 	}
-	if m := storeMaps(t, h); m != maps0 {
-		t.Fatalf("store mappings: %d at the start, %d at the end", maps0, m)
+	if m, cached := storeMaps(t, h), h.cachedSlots(); m != maps0+cached {
+		t.Fatalf("store mappings: %d at the start, %d at the end (%d cached slots)", maps0, m, cached)
 	}
 }
 

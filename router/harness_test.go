@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,29 @@ type harness struct {
 	bound  map[string]string // client id -> bound listener path
 	root   string            // the router's store root
 	mode   store.Mode        // the store's backend
+
+	mu      sync.Mutex
+	clients []*client.Client // SDK clients the harness made, for their cached mappings
+}
+
+// track records an SDK client whose cached slot mappings count as expected.
+func (h *harness) track(c *client.Client) *client.Client {
+	h.mu.Lock()
+	h.clients = append(h.clients, c)
+	h.mu.Unlock()
+	return c
+}
+
+// cachedSlots is how many slot mappings the tracked clients keep (pool
+// mode): mappings a test may find open that no view holds.
+func (h *harness) cachedSlots() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, c := range h.clients {
+		n += c.Stats().CachedSlots
+	}
+	return n
 }
 
 // open is the configuration most tests use: a trusted deployment.
@@ -87,6 +111,11 @@ func forTransport(t *testing.T, name string, cfg router.Config, unix bool, fn fu
 						break
 					}
 					time.Sleep(time.Millisecond)
+				}
+				// Every client is closed by now: no mapping of the store,
+				// cached or not, is left.
+				if m, err := leakcheck.Mappings(h.root); err == nil && m != 0 {
+					t.Errorf("%d mappings of the store left after every client closed", m)
 				}
 			})
 			fn(t, h)
@@ -154,7 +183,7 @@ func (h *harness) dial(id string) *client.Client {
 		h.t.Fatalf("connect %s: %v", id, err)
 	}
 	h.t.Cleanup(func() { c.Close() })
-	return c
+	return h.track(c)
 }
 
 // fdTargets lists what this process's descriptors point at, for a leak

@@ -59,7 +59,7 @@ func dialBound(t *testing.T, h *harness, id string) *client.Client {
 		t.Fatalf("connect %s: %v", id, err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return c
+	return h.track(c)
 }
 
 // simFrame is the environment's frame for a step, a function of the step

@@ -106,3 +106,11 @@ func NewID() string {
 	}
 	return string(id)
 }
+
+// IsSlotPath reports whether a read location names a slot of a pooled
+// store: a file reused across generations, which a consumer may keep
+// mapped while the connection lives.
+func IsSlotPath(relPath string) bool {
+	k, _ := parseName(relPath)
+	return k == kindSlot
+}

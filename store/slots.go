@@ -286,7 +286,7 @@ func (s *Store) sealSlot(relPath string, want int64, digest *[32]byte) (Sealed, 
 		return Sealed{}, &Error{Op: "seal", RelPath: relPath, Err: fmt.Errorf("%w: no slot is being written under this name", ErrInvalidPath)}
 	}
 	if err := s.checkSlot(sl); err != nil {
-		s.quarantine(sl)
+		s.discardSlot(sl)
 		s.st.sealFailures.Add(1)
 		return Sealed{}, &Error{Op: "seal", RelPath: relPath, Err: err}
 	}
@@ -383,6 +383,16 @@ func (s *Store) copyToSlot(src *slot, want int64, digest *[32]byte) (Sealed, err
 	}
 	s.setState(sl, slotSealed)
 	return Sealed{RelPath: dst.RelPath, Size: want, Path: SealCopy, Slot: sl.n, Generation: sl.gen}, nil
+}
+
+// discardSlot gives up a slot whose name was tampered with: it leaves the
+// table and its name is unlinked (whatever file the name now leads to
+// keeps its other names), as files mode removes a replaced staging name.
+func (s *Store) discardSlot(sl *slot) {
+	s.slots.mu.Lock()
+	s.slots.dropLocked(sl)
+	s.slots.mu.Unlock()
+	s.unlinkSlots([]*slot{sl})
 }
 
 func (s *Store) setState(sl *slot, st slotState) {
