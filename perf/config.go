@@ -3,6 +3,7 @@ package perf
 import (
 	"errors"
 	"fmt"
+	"github.com/flybus/flybus/store"
 	"io"
 	"slices"
 )
@@ -37,6 +38,8 @@ type Config struct {
 	// Store is the store root. Empty: /dev/shm/flybus-perf-<pid>, removed
 	// afterwards. A given directory is created if missing and kept.
 	Store string
+	// StoreMode is the router's store backend, "files" (default) or "pool".
+	StoreMode store.Mode
 	// CPUProfile, when set, is where the router's CPU profile of each
 	// schedule is written; with several schedules the agent count is put
 	// before the extension (router.pprof becomes router.agents2.pprof).

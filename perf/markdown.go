@@ -100,9 +100,9 @@ func (s StoreFS) line() string {
 func (r Router) line() string {
 	switch r.Mode {
 	case "process":
-		return fmt.Sprintf("own process, `%s serve` (%s), pid %d, %s, metrics %s", r.Binary, r.Found, r.PID, r.RouterID, r.Metrics)
+		return fmt.Sprintf("own process, `%s serve` (%s), pid %d, %s, store mode %s, metrics %s", r.Binary, r.Found, r.PID, r.RouterID, r.StoreMode, r.Metrics)
 	case "embedded":
-		return fmt.Sprintf("embedded (router.New in the harness, pid %d), %s: its CPU and memory are the whole process's", r.PID, r.RouterID)
+		return fmt.Sprintf("embedded (router.New in the harness, pid %d), %s, store mode %s: its CPU and memory are the whole process's", r.PID, r.RouterID, r.StoreMode)
 	}
 	return "not started"
 }

@@ -113,11 +113,14 @@ func (s *schedule) consume(ctx context.Context, c *consumer) {
 			}
 			return
 		}
+		// Decoded first: access closes the message, and a closed handle
+		// refuses use.
+		var p framePayload
+		derr := m.Decode(&p)
 		first, ok := s.access(ctx, c, m)
 		closed := time.Now()
-		var p framePayload
-		if err := m.Decode(&p); err != nil {
-			s.errs.add("consumer payload", err)
+		if derr != nil {
+			s.errs.add("consumer payload", derr)
 		} else if ok {
 			if c.slow {
 				s.out.DeliverySlow.Add(time.Duration(first.UnixNano() - p.T))

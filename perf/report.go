@@ -28,14 +28,15 @@ type Report struct {
 
 // Router says how the router ran.
 type Router struct {
-	Mode     string `json:"mode"` // "process" or "embedded"
-	Binary   string `json:"binary,omitempty"`
-	Found    string `json:"binaryFrom,omitempty"` // how the binary was found
-	PID      int    `json:"pid"`
-	RouterID string `json:"routerId"`
-	StoreDir string `json:"storeDir"`
-	Socket   string `json:"socket"`
-	Metrics  string `json:"metrics,omitempty"` // process mode: host:port of /metrics
+	Mode      string `json:"mode"`      // "process" or "embedded"
+	StoreMode string `json:"storeMode"` // "files" or "pool"
+	Binary    string `json:"binary,omitempty"`
+	Found     string `json:"binaryFrom,omitempty"` // how the binary was found
+	PID       int    `json:"pid"`
+	RouterID  string `json:"routerId"`
+	StoreDir  string `json:"storeDir"`
+	Socket    string `json:"socket"`
+	Metrics   string `json:"metrics,omitempty"` // process mode: host:port of /metrics
 	// ExitStatus is the router process's exit status after SIGTERM; -1
 	// until it exited, and in embedded mode.
 	ExitStatus int `json:"exitStatus"`

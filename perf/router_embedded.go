@@ -3,6 +3,7 @@ package perf
 import (
 	"context"
 	"errors"
+	"github.com/flybus/flybus/store"
 	"os"
 	"runtime/pprof"
 	"time"
@@ -18,8 +19,8 @@ type embeddedRouter struct {
 	sock string
 }
 
-func startEmbedded(storeRoot, sock string) (*embeddedRouter, error) {
-	r, err := router.New(router.Config{StoreRoot: storeRoot, Policy: router.OpenPolicy()})
+func startEmbedded(storeRoot string, mode store.Mode, sock string) (*embeddedRouter, error) {
+	r, err := router.New(router.Config{StoreRoot: storeRoot, StoreMode: mode, Policy: router.OpenPolicy()})
 	if err != nil {
 		return nil, err
 	}

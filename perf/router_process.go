@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/flybus/flybus/store"
 	"io"
 	"net/http"
 	"os"
@@ -51,8 +52,8 @@ type logLine struct {
 	StoreDir string `json:"storeDir"`
 }
 
-func startProcess(ctx context.Context, binary, storeRoot, sock string) (*processRouter, error) {
-	cmd := exec.Command(binary, "serve", "--open", "--store", storeRoot, "--listen", sock,
+func startProcess(ctx context.Context, binary, storeRoot string, mode store.Mode, sock string) (*processRouter, error) {
+	cmd := exec.Command(binary, "serve", "--open", "--store", storeRoot, "--store-mode", mode.String(), "--listen", sock,
 		"--metrics", "127.0.0.1:0", "--log-format", "json")
 	// Its own process group, so a terminal's ^C reaches only the harness,
 	// which then stops the router in order; and SIGTERM if we die.

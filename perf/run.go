@@ -130,23 +130,25 @@ func storeRoot(dir string) (string, func(), error) {
 func startRouter(ctx context.Context, cfg Config, root, tmp string, inf *Router) (routerHost, error) {
 	sock := filepath.Join(tmp, "bus.sock")
 	if cfg.Embedded {
-		e, err := startEmbedded(root, sock)
+		e, err := startEmbedded(root, cfg.StoreMode, sock)
 		if err != nil {
 			return nil, fmt.Errorf("embedded router: %w", err)
 		}
 		*inf = e.info()
+		inf.StoreMode = cfg.StoreMode.String()
 		return e, nil
 	}
 	bin, how, err := locateFlybus(ctx, cfg.Flybus, tmp)
 	if err != nil {
 		return nil, err
 	}
-	p, err := startProcess(ctx, bin, root, sock)
+	p, err := startProcess(ctx, bin, root, cfg.StoreMode, sock)
 	if err != nil {
 		return nil, err
 	}
 	*inf = p.info()
 	inf.Found = how
+	inf.StoreMode = cfg.StoreMode.String()
 	return p, nil
 }
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flybus/flybus/store"
 )
 
 // TestSmoke runs the harness for real, briefly: one 2 s schedule with one
@@ -21,6 +23,9 @@ func TestSmoke(t *testing.T) {
 	}
 	t.Run("Embedded", func(t *testing.T) {
 		smoke(t, Config{Embedded: true})
+	})
+	t.Run("EmbeddedPool", func(t *testing.T) {
+		smoke(t, Config{Embedded: true, StoreMode: store.ModePool})
 	})
 	t.Run("Process", func(t *testing.T) {
 		bin := filepath.Join(t.TempDir(), "flybus")
