@@ -96,6 +96,10 @@ func TestSim(t *testing.T) {
 			t.Parallel()
 			runSim(t, seed, *simStepsFlag, skip)
 		})
+		t.Run(fmt.Sprintf("seed=%d/pool", seed), func(t *testing.T) {
+			t.Parallel()
+			runSimPool(t, seed, *simStepsFlag, skip)
+		})
 	}
 }
 
@@ -153,7 +157,17 @@ func simSteps(lines []string) []string {
 }
 
 func runSim(t *testing.T, seed int64, steps int, skip map[string]bool) {
+	runSimWith(t, newSim(seed, skip), seed, steps)
+}
+
+// runSimPool runs a seed against a pooled store.
+func runSimPool(t *testing.T, seed int64, steps int, skip map[string]bool) {
 	s := newSim(seed, skip)
+	s.usePool()
+	runSimWith(t, s, seed, steps)
+}
+
+func runSimWith(t *testing.T, s *sim, seed int64, steps int) {
 	if *simLogFlag {
 		s.echo = func(line string) { t.Log(line) }
 	}
@@ -200,6 +214,10 @@ type sim struct {
 	effects  []effect // stage and seal I/O not finished yet
 	files    map[string]simFile
 	fileSeq  int
+	// pool mode: the core names slots, whose generations the model counts
+	pool     bool
+	slotSize map[string]uint64
+	slotGen  map[string]uint64
 	accepted uint64
 	svcIncs  map[string]wire.ServiceInc // last incarnation any client saw registered
 	stale    []wire.ArtifactRef         // refs seen once, maybe collected since
@@ -216,7 +234,12 @@ type simFile uint8
 const (
 	simStaging simFile = iota + 1
 	simSealed
+	simFree        // pool mode: a slot no generation uses
+	simQuarantined // pool mode: a slot a copying seal left (never reused here)
 )
+
+// holdsArtifact reports a file that some artifact must name.
+func (f simFile) holdsArtifact() bool { return f == simStaging || f == simSealed }
 
 var (
 	simServices = []string{"svc.a", "svc.b", "svc.c", "svc.d"}
@@ -292,6 +315,7 @@ type simHold struct {
 	seals     int // artifact.seal commands awaiting their replies
 	releasing int // artifact.release commands naming it await their replies
 	art       wire.ArtifactID
+	gen       uint64 // a writer's: the generation it writes
 	size      uint64
 	ctype     string
 	ref       wire.ArtifactRef
@@ -526,6 +550,17 @@ func (s *sim) afterStep() {
 	for _, e := range s.k.takeEffects(nil) {
 		if e.kind != effUnlink {
 			s.effects = append(s.effects, e)
+			continue
+		}
+		if s.pool {
+			// Collection recycles the slot: the generation named must be
+			// the slot's current one, in use.
+			if !s.files[e.relPath].holdsArtifact() || s.slotGen[e.relPath] != e.gen {
+				s.fail("slots", "recycle of %q generation %d, which is not the generation in use (%d, state %d)",
+					e.relPath, e.gen, s.slotGen[e.relPath], s.files[e.relPath])
+			}
+			s.files[e.relPath] = simFree
+			unlinked = append(unlinked, fmt.Sprintf("%s@%d", e.relPath, e.gen))
 			continue
 		}
 		if _, ok := s.files[e.relPath]; !ok {
@@ -854,6 +889,10 @@ func (s *sim) finishIO(i int, outcome simIO) {
 	e := s.effects[i]
 	s.effects = slices.Delete(s.effects, i, i+1)
 	who := s.names[e.conn]
+	if s.pool {
+		s.finishPoolIO(e, who, outcome)
+		return
+	}
 	switch e.kind {
 	case effStage:
 		if outcome == simIOFails {
@@ -888,6 +927,73 @@ func (s *sim) finishIO(i int, outcome simIO) {
 	default:
 		s.fail("files", "unexpected effect kind %d", e.kind)
 	}
+}
+
+// finishPoolIO is finishIO for a pooled store: slots are taken from the
+// free ones of their size, sealed in place or (now and then) copied into
+// another slot that is sealed instead, and recycled on collection.
+func (s *sim) finishPoolIO(e effect, who string, outcome simIO) {
+	switch e.kind {
+	case effStage:
+		if outcome == simIOFails {
+			s.logf("store: staging for %s msg-%d fails", who, e.replyTo)
+			s.k.stagedAt(e, artLoc{}, errors.New("simulated staging failure"))
+			return
+		}
+		path := s.takeSlot(uint64(e.size))
+		s.logf("store: %s generation %d staged for %s msg-%d", path, s.slotGen[path], who, e.replyTo)
+		s.k.stagedAt(e, s.slotLoc(path), nil)
+	case effSeal:
+		if s.files[e.relPath] != simStaging {
+			s.fail("slots", "seal of %q, which is not being written", e.relPath)
+		}
+		switch {
+		case outcome != simIOOK:
+			s.files[e.relPath] = simFree // the store recycles a slot whose seal failed
+			s.logf("store: seal of %s for %s msg-%d fails", e.relPath, who, e.replyTo)
+			s.k.sealedAt(e, artLoc{}, outcome == simIOMismatch, errors.New("simulated seal failure"))
+		case s.rng.IntN(5) == 0:
+			s.files[e.relPath] = simQuarantined // a writer kept it: copied elsewhere
+			path := s.takeSlot(uint64(e.size))
+			s.files[path] = simSealed
+			s.logf("store: seal of %s copied into %s generation %d for %s msg-%d", e.relPath, path, s.slotGen[path], who, e.replyTo)
+			s.k.sealedAt(e, s.slotLoc(path), false, nil)
+		default:
+			s.files[e.relPath] = simSealed
+			s.logf("store: %s sealed in place for %s msg-%d", e.relPath, who, e.replyTo)
+			s.k.sealedAt(e, s.slotLoc(e.relPath), false, nil)
+		}
+	default:
+		s.fail("files", "unexpected effect kind %d", e.kind)
+	}
+}
+
+// takeSlot hands out a free slot of size, or a new one, at its next
+// generation.
+func (s *sim) takeSlot(size uint64) string {
+	for _, path := range slices.Sorted(maps.Keys(s.files)) {
+		if s.files[path] == simFree && s.slotSize[path] == size {
+			s.files[path] = simStaging
+			s.slotGen[path]++
+			return path
+		}
+	}
+	s.fileSeq++
+	path := fmt.Sprintf("slot-%016x", s.fileSeq)
+	s.files[path], s.slotSize[path], s.slotGen[path] = simStaging, size, 1
+	return path
+}
+
+func (s *sim) slotLoc(path string) artLoc {
+	var n uint64
+	fmt.Sscanf(path, "slot-%x", &n)
+	return artLoc{relPath: path, slot: n, gen: s.slotGen[path]}
+}
+
+// usePool switches a new simulation to a pooled store.
+func (s *sim) usePool() {
+	s.pool, s.k.pool = true, true
+	s.slotSize, s.slotGen = map[string]uint64{}, map[string]uint64{}
 }
 
 // ---- commands -------------------------------------------------------------
@@ -1243,7 +1349,7 @@ func (s *sim) opSeal(ss *simSession) bool {
 	}
 	own := writers[s.rng.IntN(len(writers))]
 	h := ss.holds[own]
-	b := &wire.Seal{ArtifactID: h.art, Generation: 1, OwnerID: wire.HoldOwner(wire.HoldID(own))}
+	b := &wire.Seal{ArtifactID: h.art, Generation: h.gen, OwnerID: wire.HoldOwner(wire.HoldID(own))}
 	if s.rng.IntN(2) == 0 {
 		var d wire.Digest
 		for i := range d {
@@ -1254,7 +1360,7 @@ func (s *sim) opSeal(ss *simSession) bool {
 	cmd := &simCmd{own: own}
 	switch s.rng.IntN(25) {
 	case 0:
-		b.Generation, cmd.mustFail, cmd.tampered = 2, true, "generation 2"
+		b.Generation, cmd.mustFail, cmd.tampered = h.gen+1, true, "another generation"
 	case 1:
 		b.OwnerID, cmd.mustFail, cmd.tampered = wire.DeliveryOwner(ss.lastDlv+1), true, "a delivery owner"
 	case 2:
@@ -1444,7 +1550,7 @@ func (s *sim) tamperedRef(ss *simSession) (wire.RefOwner, string, bool) {
 	case r == 4 && len(writers) > 0:
 		own := writers[s.rng.IntN(len(writers))]
 		h := ss.holds[own]
-		ref := wire.ArtifactRef{StoreID: s.k.storeID, ArtifactID: h.art, Generation: 1, ByteLength: h.size, ContentType: h.ctype}
+		ref := wire.ArtifactRef{StoreID: s.k.storeID, ArtifactID: h.art, Generation: h.gen, ByteLength: h.size, ContentType: h.ctype}
 		return wire.RefOwner{Ref: ref, OwnerID: wire.HoldOwner(wire.HoldID(own))}, "an unsealed artifact", true
 	case len(s.stale) > 0:
 		ref := s.stale[s.rng.IntN(len(s.stale))]
@@ -1718,7 +1824,7 @@ func (s *sim) onReply(ss *simSession, env *wire.Envelope) {
 			if !ss.c.closing && (s.files[ok.WriteLocation.RelativePath] != simStaging || ok.WriteLocation.StoreID != s.k.storeID) {
 				s.fail("files", "%s: allocate's write location %+v is no staging file", ss.name, ok.WriteLocation)
 			}
-			ss.holds[ok.OwnerID.N] = &simHold{writer: true, art: ok.ArtifactID, size: cmd.size, ctype: cmd.ctype}
+			ss.holds[ok.OwnerID.N] = &simHold{writer: true, art: ok.ArtifactID, gen: ok.Generation, size: cmd.size, ctype: cmd.ctype}
 		}
 	case wire.OpArtifactSeal:
 		s.onSeal(ss, cmd, be, v.(*wire.SealOK))
@@ -1823,8 +1929,11 @@ func (s *sim) onSeal(ss *simSession, cmd *simCmd, be *wire.BusError, ok *wire.Se
 			s.fail("client-view", "%s: seal ok for own-%d, which is no writer of the client", ss.name, cmd.own)
 			return
 		}
-		if ok.OwnerID != wire.HoldOwner(wire.HoldID(cmd.own)) || ok.Ref.ArtifactID != h.art || ok.Ref.ByteLength != h.size ||
-			ok.Ref.ContentType != h.ctype || ok.Ref.StoreID != s.k.storeID || ok.Ref.Generation != 1 {
+		// A pooled store's copying seal moves the artifact to another slot.
+		moved := s.pool && ok.Ref.ArtifactID != h.art
+		if ok.OwnerID != wire.HoldOwner(wire.HoldID(cmd.own)) || ok.Ref.ByteLength != h.size ||
+			ok.Ref.ContentType != h.ctype || ok.Ref.StoreID != s.k.storeID ||
+			!moved && (ok.Ref.ArtifactID != h.art || ok.Ref.Generation != h.gen) {
 			s.fail("frames", "%s: seal of %s answered %+v", ss.name, h.art, ok)
 		}
 		ss.holds[cmd.own] = &simHold{ref: ok.Ref, art: ok.Ref.ArtifactID, releasing: h.releasing}
@@ -1832,13 +1941,15 @@ func (s *sim) onSeal(ss *simSession, cmd *simCmd, be *wire.BusError, ok *wire.Se
 		return
 	}
 	switch {
-	case be.Code == wire.ErrStoreFailure || be.Code == wire.ErrArtifactMismatch && cmd.gen == 1:
+	case be.Code == wire.ErrStoreFailure || be.Code == wire.ErrArtifactMismatch && h != nil && cmd.gen == h.gen:
 		if h != nil && h.writer {
 			delete(ss.holds, cmd.own)
 			ss.released = append(ss.released, cmd.own)
 		}
 	case be.Code == wire.ErrArtifactGone:
-		if h != nil && h.writer {
+		// In pool mode a seal naming a generation other than the writer's
+		// is as gone as a collected artifact; the writer stays.
+		if h != nil && h.writer && !(s.pool && cmd.gen != h.gen) {
 			s.fail("client-view", "%s: seal of own-%d says ARTIFACT_GONE, but the client still holds the writer", ss.name, cmd.own)
 		}
 	}
@@ -2146,7 +2257,10 @@ func (s *sim) checkInvariants() {
 			}
 			a := h.art
 			if h.writer {
-				if a.writer != h || k.artifacts[a.id] != a || (a.state != artStaging && a.state != artSealing) {
+				// In pool mode an artifact has no id, and is filed
+				// nowhere, until the store hands it a slot.
+				filed := k.artifacts[a.id] == a || k.pool && a.id == 0 && a.relPath == "" && !a.dead
+				if a.writer != h || !filed || (a.state != artStaging && a.state != artSealing) {
 					s.fail("holds", "%s: writer %s of %s disagrees with it (state %d)", name, id, a.id, a.state)
 				}
 				continue
@@ -2280,6 +2394,15 @@ func (s *sim) checkInvariants() {
 	}
 	// Artifacts, their roots and the store.
 	var store uint64
+	if k.pool {
+		for _, c := range k.conns {
+			for _, h := range c.holds {
+				if h.writer && h.art.id == 0 && !h.art.dead {
+					store += h.art.size // being staged: reserved, not yet filed
+				}
+			}
+		}
+	}
 	for id, a := range k.artifacts {
 		if a.id != id {
 			s.fail("roots", "%s filed as %s", a.id, id)
@@ -2341,14 +2464,38 @@ func (s *sim) checkInvariants() {
 			named[a.relPath] = true
 		}
 	}
-	for path := range s.files {
-		if !named[path] {
+	for path, f := range s.files {
+		if f.holdsArtifact() && !named[path] {
 			s.fail("files", "%s is in the store but no artifact names it", path)
+		}
+	}
+	if s.pool {
+		// No slot is free, or handed to a writer, while a root of its
+		// current generation exists: every live artifact names its slot at
+		// the slot's current generation, in the state the artifact is in.
+		for id, a := range k.artifacts {
+			if a.relPath == "" {
+				continue
+			}
+			if loc := s.slotLoc(a.relPath); loc.slot != uint64(id) || loc.gen != a.gen {
+				s.fail("slots", "%s generation %d names %s, which is at generation %d", id, a.gen, a.relPath, loc.gen)
+			}
 		}
 	}
 	if got := simGaugesOf(k.snapshot()); got != want {
 		s.fail("snapshot", "snapshot %+v, walk %+v", got, want)
 	}
+}
+
+// filesInUse counts the store's files that hold an artifact.
+func (s *sim) filesInUse() int {
+	n := 0
+	for _, f := range s.files {
+		if f.holdsArtifact() {
+			n++
+		}
+	}
+	return n
 }
 
 // simGauges are the snapshot's figures the walk recomputes.
@@ -2567,7 +2714,7 @@ func (s *sim) teardown() {
 
 	st := k.snapshot()
 	if len(k.conns)+k.pending+len(k.services)+len(k.topics)+k.subCount+len(k.artifacts) != 0 ||
-		k.storeBytes != 0 || k.retainedBytes != 0 || len(s.files) != 0 || len(k.effects) != 0 || len(k.dirty) != 0 {
+		k.storeBytes != 0 || k.retainedBytes != 0 || s.filesInUse() != 0 || len(k.effects) != 0 || len(k.dirty) != 0 {
 		s.fail("teardown", "not empty at the end: %+v, store files %v", st, slices.Sorted(maps.Keys(s.files)))
 	}
 	if st.Calls+st.ActiveCalls+st.ArtifactRoots+st.Owners+st.ReplyCapabilities+st.Queued != 0 || st.QueuedBytes != 0 {
