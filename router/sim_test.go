@@ -211,9 +211,9 @@ type sim struct {
 	byConn   map[*conn]*simSession
 	names    map[*conn]string // every connection ever, for effects that outlive them
 
-	effects  []effect // stage and seal I/O not finished yet
-	files    map[string]simFile
-	fileSeq  int
+	effects []effect // stage and seal I/O not finished yet
+	files   map[string]simFile
+	fileSeq int
 	// pool mode: the core names slots, whose generations the model counts
 	pool     bool
 	slotSize map[string]uint64
