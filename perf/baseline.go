@@ -40,6 +40,10 @@ type Baselines struct {
 	// byte per 64-byte line and unmaps it: the kernel floor of a
 	// consumer's access.
 	MapTouch Baseline `json:"mapTouchUnmap"`
+	// Touch reads one byte per 64-byte line of a frame-sized store file
+	// mapped once beforehand: the floor of a view of a cached slot mapping
+	// (pool mode).
+	Touch Baseline `json:"touchMapped"`
 }
 
 // Baseline is one operation measured back to back and paced at 60 Hz.
@@ -113,6 +117,10 @@ func measureBaselines(ctx context.Context, dir string, frame []byte, n baselineR
 	phase("map+touch+unmap")
 	if b.MapTouch, err = mapTouchBaseline(ctx, dir, frame, n); err != nil {
 		return nil, fmt.Errorf("map+touch+unmap baseline: %w", err)
+	}
+	phase("touch of a mapped frame")
+	if b.Touch, err = touchMappedBaseline(ctx, dir, frame, n); err != nil {
+		return nil, fmt.Errorf("touch baseline: %w", err)
 	}
 	return b, nil
 }
@@ -257,6 +265,31 @@ func mapTouchBaseline(ctx context.Context, dir string, frame []byte, n baselineR
 		}
 		sink += touch(m)
 		return os.NewSyscallError("munmap", unix.Munmap(m))
+	})
+	sinkByte.Add(uint32(sink))
+	return b, err
+}
+
+// touchMappedBaseline maps one frame-sized file of the store read-only
+// once and times touching every line of it, each round.
+func touchMappedBaseline(ctx context.Context, dir string, frame []byte, n baselineRounds) (b Baseline, err error) {
+	f, err := os.CreateTemp(dir, "touch-")
+	if err != nil {
+		return Baseline{}, err
+	}
+	defer func() { err = errors.Join(err, f.Close(), os.Remove(f.Name())) }()
+	if _, err := f.WriteAt(frame, 0); err != nil {
+		return Baseline{}, err
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, len(frame), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return Baseline{}, os.NewSyscallError("mmap", err)
+	}
+	defer func() { err = errors.Join(err, os.NewSyscallError("munmap", unix.Munmap(m))) }()
+	var sink byte
+	b, err = both(ctx, n.mapTouch, n.paced, 10, nil, func() error {
+		sink += touch(m)
+		return nil
 	})
 	sinkByte.Add(uint32(sink))
 	return b, err

@@ -19,7 +19,7 @@ func TestBaselinesRun(t *testing.T) {
 	if b.CrossProcess == nil {
 		t.Fatalf("no cross-process ping-pong: %s", b.CrossProcessErr)
 	}
-	for name, x := range map[string]Baseline{"copy": b.Copy, "pwrite": b.Pwrite, "map": b.MapTouch,
+	for name, x := range map[string]Baseline{"copy": b.Copy, "pwrite": b.Pwrite, "map": b.MapTouch, "touch": b.Touch,
 		"in.one": b.InProcess.One, "in.two": b.InProcess.Two, "x.one": b.CrossProcess.One, "x.two": b.CrossProcess.Two} {
 		if s := x.Hot.Summary(); s.Count < 3 || s.P50 <= 0 {
 			t.Errorf("%s back to back: %+v", name, s)
@@ -28,7 +28,7 @@ func TestBaselinesRun(t *testing.T) {
 			t.Errorf("%s paced: %+v", name, s)
 		}
 	}
-	if len(phases) != 5 {
+	if len(phases) != 6 {
 		t.Errorf("phases %v", phases)
 	}
 	if pp, topo := b.matching(false); pp != b.CrossProcess || topo != "cross-process" {

@@ -2,6 +2,7 @@ package perf
 
 import (
 	"bytes"
+	"github.com/flybus/flybus/store"
 	"strings"
 	"testing"
 )
@@ -49,12 +50,12 @@ func TestMainUsageErrors(t *testing.T) {
 }
 
 func TestOptionsConfig(t *testing.T) {
-	o := &options{seconds: 2, agents: "1, 3", fill: "map", nats: "1=120.5,3=300"}
+	o := &options{seconds: 2, agents: "1, 3", fill: "map", nats: "1=120.5,3=300", storeMode: "pool"}
 	cfg, err := o.config()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Seconds != 2 || len(cfg.Agents) != 2 || cfg.Agents[1] != 3 || cfg.Fill != FillMap ||
+	if cfg.Seconds != 2 || len(cfg.Agents) != 2 || cfg.Agents[1] != 3 || cfg.Fill != FillMap || cfg.StoreMode != store.ModePool ||
 		cfg.NATSRouterCPUPerFrameUs[1] != 120.5 || cfg.NATSRouterCPUPerFrameUs[3] != 300 {
 		t.Fatalf("%+v", cfg)
 	}

@@ -131,6 +131,7 @@ func (r *Report) writeBaselines(b *strings.Builder) {
 	}
 	line("pwrite of a frame into a fresh fallocated store file", bl.Pwrite)
 	line("map + touch + unmap of a frame-sized store file (kernel floor)", bl.MapTouch)
+	line("touch of a frame-sized store file mapped once (the floor of a cached slot view)", bl.Touch)
 	_, topo := bl.matching(r.Router.Mode == "embedded")
 	what := "router process"
 	if r.Router.Mode == "embedded" {
@@ -244,6 +245,12 @@ func (r *Report) writeFigures(b *strings.Builder) {
 		{"Frames seen by the three consumers (coalesced)", rowConsumers, consumersCell},
 		{"Stats samples (failed reads)", "", func(s *Schedule) string { return fmt.Sprintf("%d (%d)", s.StatsSamples, s.StatsErrors) }},
 		{"Staging pool hits / misses", "", func(s *Schedule) string { return fmt.Sprintf("%d / %d", s.PoolHits, s.PoolMisses) }},
+		{"Store opens / fallocates / unlinks per frame", "", func(s *Schedule) string {
+			return fmt.Sprintf("%s / %s / %s", perFrame(s.StoreOpens, s.Frames), perFrame(s.StoreFallocates, s.Frames), perFrame(s.StoreUnlinks, s.Frames))
+		}},
+		{"Consumer artifact.open / mmap / munmap per frame", "", func(s *Schedule) string {
+			return fmt.Sprintf("%s / %s / %s", perFrame(s.ConsumerOpens, s.Frames), perFrame(s.ConsumerMaps, s.Frames), perFrame(s.ConsumerUnmaps, s.Frames))
+		}},
 		{"Errors (router refusals)", "", func(s *Schedule) string { return fmt.Sprintf("%d (%d)", s.ErrorCount, s.Refusals) }},
 	}
 
@@ -425,4 +432,12 @@ func thousands(n int64) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s
+}
+
+// perFrame is n per frame, to two decimals.
+func perFrame(n uint64, frames int) string {
+	if frames <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", float64(n)/float64(frames))
 }

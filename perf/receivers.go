@@ -11,6 +11,7 @@ import (
 
 // consumer is one latest-mode subscriber.
 type consumer struct {
+	c    *client.Client
 	sub  *client.Subscription
 	slow bool
 

@@ -93,6 +93,10 @@ type Schedule struct {
 	PoolHits     uint64 `json:"poolHits"`
 	PoolMisses   uint64 `json:"poolMisses"`
 	Refusals     uint64 `json:"refusals"`
+	// The router's store opens, fallocates and unlinks, and the consumers'
+	// artifact.open round trips and mmap/munmap calls, over the schedule.
+	StoreOpens, StoreFallocates, StoreUnlinks   uint64
+	ConsumerOpens, ConsumerMaps, ConsumerUnmaps uint64
 
 	RouterCPU  CPU `json:"routerCpu"`  // the router process; embedded: the whole process
 	HarnessCPU CPU `json:"harnessCpu"` // this process (the clients, and the router if embedded)

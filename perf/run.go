@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/flybus/flybus/store"
 	"os"
 	"path/filepath"
 	"strings"
@@ -99,7 +100,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			env.natsUs = &us
 		}
 		s := runSchedule(ctx, env, n)
-		s.Targets = checkTargets(rep.Baselines, s, cfg.Fill, cfg.Embedded)
+		s.Targets = checkTargetsFor(rep.Baselines, s, cfg.Fill, cfg.Embedded, cfg.StoreMode == store.ModePool)
 		rep.Schedules = append(rep.Schedules, s)
 	}
 	return rep, ctx.Err()

@@ -122,7 +122,7 @@ func (s *schedule) connect(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("subscribe: %w", err)
 		}
-		s.cons = append(s.cons, &consumer{sub: sub, slow: i == Consumers-1})
+		s.cons = append(s.cons, &consumer{c: c, sub: sub, slow: i == Consumers-1})
 	}
 	for i := range s.agents {
 		c, err := dial(fmt.Sprintf("agent%d", i+1))
@@ -150,6 +150,7 @@ func (s *schedule) measure(ctx context.Context, planned int) {
 	if err != nil {
 		s.errs.add("stats before", err)
 	}
+	cons0 := s.consumerStats()
 	r0, rErr := host.cpu()
 	h0, hErr := selfCPU()
 	start := time.Now()
@@ -209,6 +210,11 @@ func (s *schedule) measure(ctx context.Context, planned int) {
 	out.Publications, out.Collected = delta(live.Publications, stats0.Publications), delta(live.Collected, stats0.Collected)
 	out.PoolHits, out.PoolMisses = delta(live.PoolHits, stats0.PoolHits), delta(live.PoolMisses, stats0.PoolMisses)
 	out.Refusals = delta(live.Refusals, stats0.Refusals)
+	out.StoreOpens, out.StoreFallocates = delta(live.StoreOpens, stats0.StoreOpens), delta(live.StoreFallocates, stats0.StoreFallocates)
+	out.StoreUnlinks = delta(live.StoreUnlinks, stats0.StoreUnlinks)
+	cons1 := s.consumerStats()
+	out.ConsumerOpens = cons1.ArtifactOpens - cons0.ArtifactOpens
+	out.ConsumerMaps, out.ConsumerUnmaps = cons1.Maps-cons0.Maps, cons1.Unmaps-cons0.Unmaps
 	out.StoreBytesPeak, out.StoreBytesLive = max(peak.StoreBytes, live.StoreBytes), live.StoreBytes
 	out.RootsPeak, out.RootsLive = max(peak.ArtifactRoots, live.ArtifactRoots), live.ArtifactRoots
 	out.QueuedPeak, out.QueuedLive = max(peak.Queued, live.Queued), live.Queued
@@ -254,3 +260,15 @@ func cpuFigure(what string, used, wall time.Duration, frames int, sampling float
 
 // mb formats a byte count in decimal megabytes.
 func mb(n uint64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
+
+// consumerStats sums the consumers' SDK counters.
+func (s *schedule) consumerStats() client.Stats {
+	var sum client.Stats
+	for _, c := range s.cons {
+		st := c.c.Stats()
+		sum.ArtifactOpens += st.ArtifactOpens
+		sum.Maps += st.Maps
+		sum.Unmaps += st.Unmaps
+	}
+	return sum
+}

@@ -31,7 +31,9 @@ type routerSample struct {
 	Collected     uint64
 	PoolHits      uint64
 	PoolMisses    uint64
-	Refusals      uint64 // every refusal, whatever its code
+	// The store's file system calls, for the per-frame cost of each mode.
+	StoreOpens, StoreFallocates, StoreUnlinks uint64
+	Refusals                                  uint64 // every refusal, whatever its code
 }
 
 // statsSource reads the router's figures.
@@ -47,7 +49,8 @@ func (e embeddedStats) sample(context.Context) (routerSample, error) {
 	out := routerSample{Artifacts: int64(s.Artifacts), ArtifactRoots: int64(s.ArtifactRoots), Queued: int64(s.Queued),
 		StoreBytes: s.StoreBytes, StoreFiles: s.StoreFiles, Owners: int64(s.Owners), Publications: s.Publications,
 		Seals: s.Seals, LeaseSeals: s.LeaseSeals, CopySeals: s.CopySeals, Collected: s.Collected,
-		PoolHits: s.PoolHits, PoolMisses: s.PoolMisses}
+		PoolHits: s.PoolHits, PoolMisses: s.PoolMisses,
+		StoreOpens: s.StoreOpens, StoreFallocates: s.StoreFallocates, StoreUnlinks: s.StoreUnlinks}
 	for _, n := range s.Refusals {
 		out.Refusals += n
 	}
@@ -141,7 +144,8 @@ func sampleFromMetrics(v map[string]float64) (routerSample, error) {
 		Publications: u("flybus_publications_total"), Seals: u("flybus_seals_total"),
 		LeaseSeals: u("flybus_lease_seals_total"), CopySeals: u("flybus_copy_seals_total"),
 		Collected: u("flybus_collected_total"), PoolHits: u("flybus_pool_hits_total"),
-		PoolMisses: u("flybus_pool_misses_total"),
+		PoolMisses: u("flybus_pool_misses_total"), StoreOpens: u("flybus_store_opens_total"),
+		StoreFallocates: u("flybus_store_fallocates_total"), StoreUnlinks: u("flybus_store_unlinks_total"),
 	}
 	if len(missing) > 0 {
 		return routerSample{}, fmt.Errorf("metrics lack %s", strings.Join(missing, ", "))

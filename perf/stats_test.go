@@ -26,6 +26,9 @@ flybus_copy_seals_total 2
 flybus_collected_total 117
 flybus_pool_hits_total 119
 flybus_pool_misses_total 1
+flybus_store_opens_total 5
+flybus_store_fallocates_total 2
+flybus_store_unlinks_total 3
 flybus_refusals_total{code="BACKPRESSURE"} 2
 flybus_refusals_total{code="NO_TOPIC"} 0
 flybus_refusals_total{code="QUOTA_EXCEEDED"} 1
@@ -45,7 +48,7 @@ func TestParseMetrics(t *testing.T) {
 	}
 	want := routerSample{Artifacts: 3, ArtifactRoots: 6, Queued: 2, StoreBytes: 4915200, StoreFiles: 4, Owners: 9,
 		Publications: 120, Seals: 120, LeaseSeals: 118, CopySeals: 2, Collected: 117, PoolHits: 119, PoolMisses: 1,
-		Refusals: 3}
+		StoreOpens: 5, StoreFallocates: 2, StoreUnlinks: 3, Refusals: 3}
 	if s != want {
 		t.Fatalf("got %+v\nwant %+v", s, want)
 	}
