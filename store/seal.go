@@ -147,8 +147,12 @@ func (s *Store) seal(staging, sealed string, seq uint64, id fileID, known bool, 
 // refuses because another open file description of the inode exists.
 // F_SETLEASE needs the caller to own the file or hold CAP_LEASE; the store
 // creates its staging files, so it owns them.
-func setLease(fd int) (bool, error) {
-	switch _, err := unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_WRLCK); err {
+func setLease(fd int) (bool, error) { return takeLease(fd, unix.F_WRLCK) }
+
+// takeLease takes a lease of kind (F_RDLCK or F_WRLCK) on fd, reporting
+// false when the kernel refuses it because of other openers.
+func takeLease(fd, kind int) (bool, error) {
+	switch _, err := unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, kind); err {
 	case nil:
 		return true, nil
 	case unix.EAGAIN:

@@ -240,16 +240,7 @@ func (t *slotTable) lookup(n uint64, want slotState) (*slot, bool) {
 
 // setLeaseRead takes a read lease on fd: false when some open file
 // description of the inode is open for writing.
-func setLeaseRead(fd int) (bool, error) {
-	switch _, err := unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_RDLCK); err {
-	case nil:
-		return true, nil
-	case unix.EAGAIN:
-		return false, nil
-	default:
-		return false, os.NewSyscallError("fcntl(F_SETLEASE)", err)
-	}
-}
+func setLeaseRead(fd int) (bool, error) { return takeLease(fd, unix.F_RDLCK) }
 
 // checkSlot refuses a slot whose name no longer leads to its inode, or
 // whose inode gained a name: consumers open slots by name.
