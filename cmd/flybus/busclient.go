@@ -95,6 +95,19 @@ func readPayload(arg string) (payloadArg, error) {
 	return p, nil
 }
 
+// payloadArgument reads and checks a payload argument (inline JSON, @FILE
+// or -); the error is a usage error's message.
+func payloadArgument(arg string) ([]byte, error) {
+	p, err := readPayload(arg)
+	if err != nil {
+		return nil, err
+	}
+	if msg := p.check(); msg != "" {
+		return nil, errors.New(msg)
+	}
+	return p.data, nil
+}
+
 // check validates the payload as the router would; it returns the usage
 // error's message, or "". The message gives the scanner's reason.
 func (p payloadArg) check() string {

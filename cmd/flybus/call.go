@@ -67,14 +67,10 @@ func (o *callOptions) plan(pos []string) (*callPlan, error) {
 	if !wire.ValidMethod(p.method) {
 		return nil, fmt.Errorf("%q is not a method name (1-128 printable ASCII characters)", p.method)
 	}
-	payload, err := readPayload(pos[3])
-	if err != nil {
+	var err error
+	if p.payload, err = payloadArgument(pos[3]); err != nil {
 		return nil, err
 	}
-	if msg := payload.check(); msg != "" {
-		return nil, errors.New(msg)
-	}
-	p.payload = payload.data
 	if msg := checkClientFlags(o.client, o.timeout); msg != "" {
 		return nil, errors.New(msg)
 	}

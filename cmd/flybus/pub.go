@@ -103,14 +103,10 @@ func (o *pubOptions) plan(pos []string) (*pubPlan, error) {
 	if err := checkName("topic", p.topic); err != nil {
 		return nil, err
 	}
-	payload, err := readPayload(pos[2])
-	if err != nil {
+	var err error
+	if p.payload, err = payloadArgument(pos[2]); err != nil {
 		return nil, err
 	}
-	if msg := payload.check(); msg != "" {
-		return nil, errors.New(msg)
-	}
-	p.payload = payload.data
 	if msg := checkClientFlags(o.client, o.timeout); msg != "" {
 		return nil, errors.New(msg)
 	}
