@@ -530,7 +530,14 @@ func TestSoak(t *testing.T) {
 			t.Errorf("shutdown: %v", err)
 		}
 		leakcheck.WaitGoroutines(t, base)
-		waitFor(t, "descriptors to close", func() bool { n, _ := leakcheck.FDs(); return n <= fdBase })
+		deadline := time.Now().Add(10 * time.Second)
+		for n, _ := leakcheck.FDs(); n > fdBase; n, _ = leakcheck.FDs() {
+			if time.Now().After(deadline) {
+				t.Errorf("descriptors: %d before, %d after: %s", fdBase, n, fdTargets())
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
 	})
 	maps0 := storeMaps(t, h)
 	admin := h.dial("soak-admin")

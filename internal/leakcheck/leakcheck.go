@@ -45,13 +45,26 @@ func WaitGoroutines(t testing.TB, baseline int) {
 }
 
 // FDs returns the number of open file descriptors of this process, not
-// counting the one it opens to read /proc/self/fd.
+// counting the one it opens to read /proc/self/fd nor the Go runtime's
+// own (cgroup files, the network poller).
 func FDs() (int, error) {
 	entries, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		return 0, err
 	}
-	return len(entries) - 1, nil
+	n := 0
+	for _, e := range entries {
+		// The Go runtime opens some descriptors of its own lazily, which may
+		// be mid-test, and keeps them: the cgroup CPU limit files it
+		// follows, and the network poller's epoll and eventfd. They are not
+		// the program's.
+		if t, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil &&
+			(strings.HasPrefix(t, "/sys/fs/cgroup/") || t == "anon_inode:[eventpoll]" || t == "anon_inode:[eventfd]") {
+			continue
+		}
+		n++
+	}
+	return n - 1, nil // the directory ReadDir itself had open
 }
 
 // Mappings returns the number of memory mappings in /proc/self/maps whose
