@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"flag"
@@ -9,6 +10,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/flybus/flybus/client"
 	"github.com/flybus/flybus/router"
@@ -231,11 +233,13 @@ func TestPoolMapPerView(t *testing.T) {
 // the slots are reused throughout.
 func TestPoolEveryByteMatchesItsGeneration(t *testing.T) {
 	forEachTransport(t, poolConfig(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
 		n := *poolFrames
 		if h.unix {
 			n /= 2 // the same proof; the socket costs more per frame
 		}
+		// A deadline for the whole run, scaled to its length.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second+time.Duration(n)*10*time.Millisecond)
+		defer cancel()
 		admin := h.dial("admin")
 		mustDeclare(t, admin, "pool.frames", wire.RetainLatest)
 		sizes := []int{4096, 64 << 10, 300 << 10}
