@@ -545,6 +545,16 @@ func (a *Artifact) ReadAll(ctx context.Context) ([]byte, error) {
 		return nil, err
 	}
 	defer r.Close()
+	// The length comes from the router; the file says how much there is.
+	// Sizing the copy from an unchecked length would let a bad reference
+	// crash the program (a length past what make accepts) or exhaust it.
+	fi, err := r.f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if fi.Size() != r.size {
+		return nil, fmt.Errorf("flybus: %s's file holds %d bytes, its reference says %d", a.ref.ArtifactID, fi.Size(), r.size)
+	}
 	buf := make([]byte, r.size)
 	if _, err := r.ReadAt(buf, 0); err != nil && !(errors.Is(err, io.EOF) && r.size == 0) {
 		return nil, err
