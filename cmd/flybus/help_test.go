@@ -9,7 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/flybus/flybus/wire"
 )
@@ -39,32 +38,10 @@ func walkCommands(text string) []string {
 // startShell runs line with sh, flybus found on PATH, as a proc.
 func startShell(t *testing.T, env []string, line string) *proc {
 	t.Helper()
-	p := &proc{args: []string{line}, stdout: newWatchBuffer(), stderr: newWatchBuffer(), exited: make(chan struct{})}
 	// exec: signals reach flybus itself, as `kill %1` does in a shell.
-	p.cmd = exec.Command("sh", "-c", "exec "+line)
-	p.cmd.Env = env
-	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
-	p.cmd.WaitDelay = 5 * time.Second
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		p.code = p.cmd.ProcessState.ExitCode()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.exited
-		}
-		if t.Failed() {
-			t.Logf("%s\nstdout:\n%s\nstderr:\n%s", line, p.stdout, p.stderr)
-		}
-	})
-	return p
+	cmd := exec.Command("sh", "-c", "exec "+line)
+	cmd.Env = env
+	return startProc(t, cmd, []string{line}, line)
 }
 
 func TestHelpIsOneWalkThrough(t *testing.T) {

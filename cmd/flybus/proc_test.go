@@ -119,9 +119,17 @@ type proc struct {
 // did not, and shows its stderr when the test failed.
 func startFlybus(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := &proc{args: args, stdout: newWatchBuffer(), stderr: newWatchBuffer(), exited: make(chan struct{})}
-	p.cmd = exec.Command(flybusBinary(t), args...)
-	p.cmd.Env = childEnv()
+	cmd := exec.Command(flybusBinary(t), args...)
+	cmd.Env = childEnv()
+	return startProc(t, cmd, args, "flybus "+strings.Join(args, " "))
+}
+
+// startProc starts cmd as a proc with watched output; cleanup kills and
+// reaps it if the test did not, and shows its output, under label, when the
+// test failed.
+func startProc(t *testing.T, cmd *exec.Cmd, args []string, label string) *proc {
+	t.Helper()
+	p := &proc{cmd: cmd, args: args, stdout: newWatchBuffer(), stderr: newWatchBuffer(), exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	p.cmd.WaitDelay = 5 * time.Second
 	if err := p.cmd.Start(); err != nil {
@@ -140,7 +148,7 @@ func startFlybus(t *testing.T, args ...string) *proc {
 			<-p.exited
 		}
 		if t.Failed() {
-			t.Logf("flybus %s\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), p.stdout, p.stderr)
+			t.Logf("%s\nstdout:\n%s\nstderr:\n%s", label, p.stdout, p.stderr)
 		}
 	})
 	return p
