@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,26 +13,6 @@ import (
 )
 
 // Payloads from a file or stdin, their errors, and the envelope's limit.
-
-// runFlybusStdin is runFlybus with stdin.
-func runFlybusStdin(t *testing.T, in string, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, flybusBinary(t), args...)
-	cmd.Env = childEnv()
-	cmd.Stdin = strings.NewReader(in)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("flybus %v: %v", args, ctx.Err())
-	}
-	if _, ok := err.(*exec.ExitError); err != nil && !ok {
-		t.Fatalf("flybus %v: %v", args, err)
-	}
-	return out.String(), errb.String(), cmd.ProcessState.ExitCode()
-}
 
 func writeFile(t *testing.T, name, content string) string {
 	t.Helper()

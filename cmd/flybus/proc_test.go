@@ -232,10 +232,17 @@ func (p *proc) wait(t *testing.T) int {
 // runFlybus runs the binary to completion.
 func runFlybus(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return runFlybusStdin(t, "", args...)
+}
+
+// runFlybusStdin runs the binary to completion with in on its stdin.
+func runFlybusStdin(t *testing.T, in string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, flybusBinary(t), args...)
 	cmd.Env = childEnv()
+	cmd.Stdin = strings.NewReader(in)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
