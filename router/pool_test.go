@@ -18,7 +18,7 @@ import (
 	"github.com/flybus/flybus/wire"
 )
 
-var poolFrames = flag.Int("pool.frames", 1500, "frames the pool concurrency test produces (by hand: 100000)")
+var poolFrames = flag.Int("pool.frames", 1000, "frames the pool concurrency test produces (by hand: 100000)")
 
 func poolConfig() router.Config {
 	cfg := open()
@@ -238,7 +238,7 @@ func TestPoolEveryByteMatchesItsGeneration(t *testing.T) {
 			n /= 2 // the same proof; the socket costs more per frame
 		}
 		// A deadline for the whole run, scaled to its length.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second+time.Duration(n)*10*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second+time.Duration(n)*20*time.Millisecond)
 		defer cancel()
 		admin := h.dial("admin")
 		mustDeclare(t, admin, "pool.frames", wire.RetainLatest)
