@@ -68,13 +68,7 @@ func (o *callOptions) plan(pos []string) (*callPlan, error) {
 		return nil, fmt.Errorf("%q is not a method name (1-128 printable ASCII characters)", p.method)
 	}
 	var err error
-	if p.payload, err = payloadArgument(pos[3]); err != nil {
-		return nil, err
-	}
-	if msg := checkClientFlags(o.client, o.timeout); msg != "" {
-		return nil, errors.New(msg)
-	}
-	if p.files, err = o.files(); err != nil {
+	if p.payload, p.files, err = o.message(pos[3], o.client, o.timeout); err != nil {
 		return nil, err
 	}
 	return p, nil

@@ -104,16 +104,28 @@ func (o *pubOptions) plan(pos []string) (*pubPlan, error) {
 		return nil, err
 	}
 	var err error
-	if p.payload, err = payloadArgument(pos[2]); err != nil {
-		return nil, err
-	}
-	if msg := checkClientFlags(o.client, o.timeout); msg != "" {
-		return nil, errors.New(msg)
-	}
-	if p.files, err = o.files(); err != nil {
+	if p.payload, p.files, err = o.message(pos[2], o.client, o.timeout); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// message reads and checks what pub and call send: the payload argument,
+// the client flags and the artifact flags; the error is a usage error's
+// message.
+func (o *artifactOptions) message(payloadArg, client string, timeout time.Duration) ([]byte, []pubFile, error) {
+	payload, err := payloadArgument(payloadArg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if msg := checkClientFlags(client, timeout); msg != "" {
+		return nil, nil, errors.New(msg)
+	}
+	files, err := o.files()
+	if err != nil {
+		return nil, nil, err
+	}
+	return payload, files, nil
 }
 
 // files checks the artifact flags; the error is a usage error's message.
