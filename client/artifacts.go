@@ -403,17 +403,17 @@ func (a *Artifact) openHeld(ctx context.Context) (*os.File, wire.Location, error
 func (a *Artifact) View(ctx context.Context) (*ArtifactView, error) {
 	c, size := a.c, int(a.ref.ByteLength)
 	cache := !c.cfg.MapPerView && size > 0
+	if err := a.take(); err != nil { // the view's reference, kept until it closes
+		return nil, err
+	}
 	if cache {
-		if err := a.take(); err != nil {
-			return nil, err
-		}
 		if sm := c.slots.get(a.ref.ArtifactID, size); sm != nil {
 			return a.cachedView(sm, size), nil
 		}
-		a.g.drop()
 	}
-	f, loc, err := a.openHeld(ctx)
+	f, loc, err := a.openFile(ctx)
 	if err != nil {
+		a.g.drop()
 		return nil, err
 	}
 	if cache && store.IsSlotPath(loc.RelativePath) {
