@@ -89,6 +89,9 @@ type counters struct {
 	seals            uint64
 	collected        uint64
 	acceptRetries    uint64 // counted by the listeners, kept here with the rest
+	directWrites     uint64 // counted by the shells: batches a step wrote itself
+	writerWrites     uint64 // batches a connection's writer goroutine wrote
+	writerHandoffs   uint64 // batches a step left to the writer (socket full)
 }
 
 func newCore(l wire.Limits, p Policy, rid wire.RouterID, sid wire.StoreID) *core {
@@ -474,14 +477,20 @@ type Stats struct {
 	ProtocolCloses   uint64
 	ControlOverflows uint64
 	AcceptRetries    uint64 // accept failures a listener backed off from and retried
-	Publications     uint64
-	Seals            uint64 // sealed artifacts published
-	LeaseSeals       uint64 // seals that moved no bytes (write lease granted)
-	CopySeals        uint64 // seals that copied (a writer kept the file open)
-	Collected        uint64 // artifacts collected after their last root
-	StoreFiles       int64  // staging and sealed files on disk; in pool mode, slots holding an artifact
-	PoolHits         uint64 // allocations served by a prepared staging file
-	PoolMisses       uint64
+	// Who wrote the router's frames: batches written by the step that made
+	// them ready (no goroutine woken), by a connection's own writer, and
+	// batches a step handed to that writer because the socket was full.
+	DirectWrites   uint64
+	WriterWrites   uint64
+	WriterHandoffs uint64
+	Publications   uint64
+	Seals          uint64 // sealed artifacts published
+	LeaseSeals     uint64 // seals that moved no bytes (write lease granted)
+	CopySeals      uint64 // seals that copied (a writer kept the file open)
+	Collected      uint64 // artifacts collected after their last root
+	StoreFiles     int64  // staging and sealed files on disk; in pool mode, slots holding an artifact
+	PoolHits       uint64 // allocations served by a prepared staging file
+	PoolMisses     uint64
 	// Pool mode: slot files (free and quarantined ones included), those
 	// free, those kept from reuse because a writer held them, their bytes.
 	Slots            int64
@@ -501,6 +510,7 @@ func (k *core) snapshot() Stats {
 		Connections: len(k.conns), PendingHello: k.pending, Services: len(k.services),
 		ConnectionsTotal: k.stats.connectionsTotal, CallsTotal: k.stats.callsTotal,
 		ProtocolCloses: k.stats.protocolCloses, ControlOverflows: k.stats.controlOverflows, AcceptRetries: k.stats.acceptRetries,
+		DirectWrites: k.stats.directWrites, WriterWrites: k.stats.writerWrites, WriterHandoffs: k.stats.writerHandoffs,
 		Publications: k.stats.publications, Refusals: map[string]uint64{},
 		Topics: len(k.topics), Subscriptions: k.subCount, RetainedBytes: k.retainedBytes,
 		Artifacts: len(k.artifacts), StoreBytes: k.storeBytes, Seals: k.stats.seals, Collected: k.stats.collected,

@@ -351,3 +351,31 @@ func (dl *memDeadline) disarm() {
 		dl.timer.Stop()
 	}
 }
+
+// TryWrite buffers what fits of p without blocking; it writes nothing
+// while another Write is under way or the buffer is full.
+func (c *memConn) TryWrite(p []byte) (int, error) { return c.tx.tryWrite(p) }
+
+func (b *memBuffer) tryWrite(p []byte) (int, error) {
+	if !b.wmu.TryLock() {
+		return 0, nil
+	}
+	defer b.wmu.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.wclosed:
+		return 0, memOpError("write", net.ErrClosed)
+	case b.wdl.expired:
+		return 0, memOpError("write", os.ErrDeadlineExceeded)
+	case b.rclosed:
+		return 0, memOpError("write", io.ErrClosedPipe)
+	case len(p) == 0 || b.n >= b.capacity:
+		return 0, nil
+	}
+	n := b.put(p)
+	if b.readers > 0 {
+		b.readable.Broadcast()
+	}
+	return n, nil
+}

@@ -233,7 +233,7 @@ func (r *Router) serve(nc net.Conn, bound string) error {
 		nc.Close()
 		return err
 	}
-	sh := &shell{r: r, c: c, nc: nc, kick: make(chan struct{}, 1)}
+	sh := &shell{r: r, c: c, nc: nc, tw: tryWriterOf(nc), kick: make(chan struct{}, 1), frames: make([]frame, 0, writeBatch)}
 	r.shells[c] = sh
 	r.wg.Add(2)
 	r.mu.Unlock()
@@ -243,40 +243,54 @@ func (r *Router) serve(nc net.Conn, bound string) error {
 	return nil
 }
 
-// step runs fn on the core under the lock, wakes every writer with new
-// output, then runs the I/O the step asked for, outside the lock.
+// step runs fn on the core under the lock, then, outside it, writes the
+// frames it made ready to every idle connection (see writeDirect), wakes
+// the writers of the others, and runs the I/O the step asked for.
 func (r *Router) step(fn func(k *core)) {
-	var wake [8]*conn
+	var wakeArr, directArr [8]*shell
+	var dirtyArr [8]*conn
 	var effs [4]effect
+	wake, direct := wakeArr[:0], directArr[:0]
 	r.mu.Lock()
 	fn(r.core)
 	r.core.settle()
 	effects := r.core.takeEffects(effs[:0])
-	dirty := r.core.takeDirty(wake[:0])
-	shells := make([]*shell, 0, len(dirty))
-	for _, c := range dirty {
-		if sh := r.shells[c]; sh != nil {
-			shells = append(shells, sh)
-			if c.closing {
-				// A peer that stopped reading must not hold the writer
-				// past the final notice.
-				_ = sh.nc.SetWriteDeadline(time.Now().Add(closeGrace))
-			}
+	for _, c := range r.core.takeDirty(dirtyArr[:0]) {
+		sh := r.shells[c]
+		switch {
+		case sh == nil:
+		case c.closing:
+			// A peer that stopped reading must not hold the writer
+			// past the final notice.
+			_ = sh.nc.SetWriteDeadline(time.Now().Add(closeGrace))
+			wake = append(wake, sh)
+		case sh.writing:
+			// Its holder pulls again before letting go.
+		case sh.tw == nil:
+			wake = append(wake, sh)
+		default:
+			sh.writing = true
+			direct = append(direct, sh)
 		}
 	}
 	r.mu.Unlock()
-	for _, sh := range shells {
+	for _, sh := range wake {
 		sh.wake()
+	}
+	for _, sh := range direct {
+		sh.writeDirect()
 	}
 	for _, e := range effects {
 		r.runEffect(e)
 	}
 }
 
-// runEffect performs one piece of store I/O. Staging from the pool is a
-// table lookup, so it runs here, on the goroutine that stepped; a seal may
-// hash or copy a whole frame, so it gets its own goroutine and the
-// connection's reader keeps going (its releases are not held up).
+// runEffect performs one piece of store I/O on the goroutine that stepped:
+// staging is a table lookup or a file creation; a seal may hash or copy a
+// whole frame. Only a connection's own reader steps its seal, so the seal
+// finishes before that connection's next command is read (a publish that
+// follows a seal on the same connection sees the artifact sealed), while
+// every other connection goes on.
 func (r *Router) runEffect(e effect) {
 	switch e.kind {
 	case effStage:
@@ -284,13 +298,9 @@ func (r *Router) runEffect(e effect) {
 		loc := artLoc{relPath: st.RelPath, slot: st.Slot, gen: st.Generation}
 		r.step(func(k *core) { k.stagedAt(e, loc, err) })
 	case effSeal:
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			sealed, err := r.store.Seal(e.relPath, e.size, e.digest)
-			loc := artLoc{relPath: sealed.RelPath, slot: sealed.Slot, gen: sealed.Generation}
-			r.step(func(k *core) { k.sealedAt(e, loc, errors.Is(err, store.ErrMismatch), err) })
-		}()
+		sealed, err := r.store.Seal(e.relPath, e.size, e.digest)
+		loc := artLoc{relPath: sealed.RelPath, slot: sealed.Slot, gen: sealed.Generation}
+		r.step(func(k *core) { k.sealedAt(e, loc, errors.Is(err, store.ErrMismatch), err) })
 	case effUnlink:
 		if err := r.store.Collect(e.relPath, e.gen); err != nil {
 			r.cfg.Logger.Warn("collecting an artifact file failed", "path", e.relPath, "err", err)

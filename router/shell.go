@@ -17,8 +17,17 @@ type shell struct {
 	r          *Router
 	c          *conn
 	nc         net.Conn
+	tw         tryWriter // nil: this transport cannot write without blocking
 	kick       chan struct{}
 	helloTimer *time.Timer
+
+	// The write token and what its holder owns (see writeDirect).
+	writing bool   // guarded by r.mu: the token is held
+	handoff bool   // guarded by r.mu: passed to the writer goroutine with rest
+	rest    []byte // bytes a step could not write without blocking
+	frames  []frame
+	buf     []byte
+	atts    []wire.Attachment
 }
 
 // closeGrace bounds how long a writer keeps trying to deliver the final
@@ -200,54 +209,151 @@ func (fc *frameClock) frameDone(buffered int) {
 	fc.due = time.Time{}
 }
 
+// The write token. One goroutine at a time writes a connection's frames:
+// whoever holds sh.writing (guarded by the router lock). A step that leaves
+// frames for an idle connection takes the token and writes them itself,
+// without blocking (tryWriter), so a routed frame costs no wake of another
+// goroutine. Whatever does not fit in the socket's buffer is handed, with
+// the token, to the connection's writer goroutine, which may block: a peer
+// that stops reading stalls only its own writer. Every holder pulls again
+// under the lock before it lets go, so a frame queued while it wrote is
+// never left behind.
+
+// directRounds bounds how many batches a step writes for one connection
+// before it leaves the rest to that connection's writer, so a reader that
+// steps does not spend its turn feeding another client indefinitely.
+const directRounds = 4
+
+// writeDirect writes what is ready for sh on the stepping goroutine. The
+// caller took the token.
+func (sh *shell) writeDirect() {
+	r := sh.r
+	for i := range directRounds {
+		r.mu.Lock()
+		if i > 0 {
+			r.core.stats.directWrites++
+		}
+		if sh.c.closing || sh.c.gone {
+			// Closing is the writer goroutine's job (deadline, final
+			// notice, finish).
+			sh.writing = false
+			r.mu.Unlock()
+			sh.wake()
+			return
+		}
+		sh.frames = r.core.pull(sh.c, sh.frames[:0])
+		if len(sh.frames) == 0 {
+			sh.writing = false
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+		if sh.encode() {
+			sh.handOff(sh.buf) // a final notice: only the writer ends connections
+			return
+		}
+		n, err := sh.tw.TryWrite(sh.buf)
+		if err != nil || n < len(sh.buf) {
+			sh.handOff(sh.buf[n:])
+			return
+		}
+	}
+	r.mu.Lock()
+	r.core.stats.directWrites++
+	sh.writing = false
+	r.mu.Unlock()
+	sh.wake()
+}
+
+// handOff passes the token and the unwritten bytes to the writer goroutine.
+func (sh *shell) handOff(rest []byte) {
+	sh.r.mu.Lock()
+	sh.r.core.stats.writerHandoffs++
+	sh.rest, sh.handoff = rest, true
+	sh.r.mu.Unlock()
+	sh.wake()
+}
+
+// encode turns the pulled frames into one buffer, sh.buf, and reports
+// whether it ends with the connection's final notice.
+func (sh *shell) encode() (last bool) {
+	sh.buf = sh.buf[:0]
+	for i := range sh.frames {
+		f := &sh.frames[i]
+		var err error
+		// Source owner ids are never delegated: on the wire each
+		// attachment is owned by the recipient's delivery.
+		sh.atts = sh.atts[:0]
+		for _, a := range f.atts {
+			a.OwnerID = wire.DeliveryOwner(f.deliveryID())
+			sh.atts = append(sh.atts, a)
+		}
+		if sh.buf, err = wire.AppendFrame(sh.buf, f.hdr, f.body(), sh.atts); err != nil {
+			// Admission sized every delivery; this is a router bug.
+			sh.r.cfg.Logger.Error("dropping oversized frame", "op", f.hdr.Op, "err", err)
+		}
+		last = last || f.closeAfter
+		sh.frames[i] = frame{}
+	}
+	return last
+}
+
+// writeLoop is the connection's blocking writer: it takes the token when it
+// is free or handed over, writes until nothing is ready, and ends the
+// connection after its final notice or when the peer is gone.
 func (sh *shell) writeLoop() {
 	defer sh.r.wg.Done()
 	defer sh.helloTimer.Stop()
-	frames := make([]frame, 0, writeBatch)
-	var buf []byte
-	var atts []wire.Attachment
+	r := sh.r
 	for {
-		sh.r.mu.Lock()
-		frames = sh.r.core.pull(sh.c, frames[:0])
-		closing, gone := sh.c.closing, sh.c.gone
-		sh.r.mu.Unlock()
-		if len(frames) == 0 {
-			if gone || closing && sh.c.closeWritten {
-				sh.finish()
-				return
-			}
+		r.mu.Lock()
+		if sh.writing && !sh.handoff {
+			// A step is writing; it wakes this goroutine if anything is
+			// left for it when it lets go.
+			r.mu.Unlock()
 			<-sh.kick
 			continue
 		}
-		buf = buf[:0]
-		last := false
-		for i := range frames {
-			f := &frames[i]
-			var err error
-			// Source owner ids are never delegated: on the wire each
-			// attachment is owned by the recipient's delivery.
-			atts = atts[:0]
-			for _, a := range f.atts {
-				a.OwnerID = wire.DeliveryOwner(f.deliveryID())
-				atts = append(atts, a)
+		sh.writing, sh.handoff = true, false
+		rest := sh.rest
+		sh.rest = nil
+		r.mu.Unlock()
+		if len(rest) > 0 {
+			if err := wire.WriteFull(sh.nc, rest); err != nil {
+				sh.finish()
+				return
 			}
-			if buf, err = wire.AppendFrame(buf, f.hdr, f.body(), atts); err != nil {
-				// Admission sized every delivery; this is a router bug.
-				sh.r.cfg.Logger.Error("dropping oversized frame", "op", f.hdr.Op, "err", err)
+		}
+		for wrote := false; ; wrote = true {
+			r.mu.Lock()
+			if wrote {
+				r.core.stats.writerWrites++
 			}
-			last = last || f.closeAfter
-			frames[i] = frame{}
+			sh.frames = r.core.pull(sh.c, sh.frames[:0])
+			closing, gone := sh.c.closing, sh.c.gone
+			if len(sh.frames) == 0 {
+				sh.writing = false
+				r.mu.Unlock()
+				if gone || closing && sh.c.closeWritten {
+					sh.finish()
+					return
+				}
+				break
+			}
+			r.mu.Unlock()
+			last := sh.encode()
+			if last {
+				_ = sh.nc.SetWriteDeadline(time.Now().Add(closeGrace))
+			}
+			if err := wire.WriteFull(sh.nc, sh.buf); err != nil || last {
+				sh.finish()
+				return
+			}
+			if cap(sh.buf) > 1<<20 {
+				sh.buf = nil // do not pin a burst's buffer
+			}
 		}
-		if last {
-			_ = sh.nc.SetWriteDeadline(time.Now().Add(closeGrace))
-		}
-		if err := wire.WriteFull(sh.nc, buf); err != nil || last {
-			sh.finish()
-			return
-		}
-		if cap(buf) > 1<<20 {
-			buf = nil // do not pin a burst's buffer
-		}
+		<-sh.kick
 	}
 }
 

@@ -1,0 +1,144 @@
+package router_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"strconv"
+	"testing"
+
+	"github.com/flybus/flybus/store"
+	"github.com/flybus/flybus/wire"
+)
+
+// A subscriber that stops reading fills its socket; from then on its own
+// writer goroutine takes over its frames, while the publisher's commands
+// keep being answered at once. When the subscriber reads again, every
+// frame arrives whole and in order, the part a step wrote and the part it
+// handed to the writer.
+func TestStalledSubscriberIsWrittenByItsOwnWriter(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := context.Background()
+		pub := h.dial("pub")
+		if _, err := pub.DeclareTopic(ctx, "big", wire.RetainNone); err != nil {
+			t.Fatal(err)
+		}
+		r := newRaw(t, h.conn(""))
+		r.hello("stalled")
+		l := wire.DefaultLimits()
+		r.command(wire.OpSubscribe, &wire.Subscribe{Topic: "big", Mode: wire.ModeBounded,
+			MaxQueued: uint32(l.MaxBoundedQueued), MaxInFlight: uint32(l.MaxBoundedInFlight)})
+		if be := r.reply(&wire.SubscribeOK{}); be != nil {
+			t.Fatal(be)
+		}
+		// In-flight deliveries of about 60 KB each: more than either
+		// transport buffers, so the writes cannot all complete at once.
+		n := l.MaxBoundedInFlight
+		fill := bytes.Repeat([]byte{'x'}, 60000)
+		payload := func(i int) wire.RawJSON {
+			return wire.RawJSON(`{"i":` + strconv.Itoa(i) + `,"fill":"` + string(fill) + `"}`)
+		}
+		before := h.r.Stats()
+		for i := range n {
+			if _, err := pub.Publish(ctx, "big", payload(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(t, "a handoff to the stalled subscriber's writer", func() bool {
+			return h.r.Stats().WriterHandoffs > before.WriterHandoffs
+		})
+		// The publisher is still served while the subscriber's writer is
+		// blocked.
+		if _, err := pub.DeclareTopic(ctx, "other", wire.RetainNone); err != nil {
+			t.Fatal(err)
+		}
+		var msg wire.TopicMessage
+		for i := range n {
+			if err := r.next(); err != nil {
+				t.Fatalf("delivery %d: %v", i, err)
+			}
+			if r.env.Op != wire.OpTopicMessage {
+				t.Fatalf("delivery %d is %s", i, r.env.Op)
+			}
+			if err := r.env.DecodeBody(&msg); err != nil {
+				t.Fatal(err)
+			}
+			if msg.TopicSequence != uint64(i+1) || !bytes.Equal(msg.Payload, payload(i)) {
+				t.Fatalf("delivery %d: sequence %d, %d payload bytes", i, msg.TopicSequence, len(msg.Payload))
+			}
+		}
+		if st := h.r.Stats(); st.DirectWrites == before.DirectWrites {
+			t.Fatal("no step wrote its frames itself")
+		}
+	})
+}
+
+// A seal and the publish that attaches its artifact, written back to back
+// in one write: the router reads a connection's commands in order and
+// finishes the seal before the next one, so the publish finds the artifact
+// sealed (one round trip for both). A seal that fails takes the publish
+// with it: nothing is published.
+func TestPublishBehindItsSealSeesItSealed(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		r := newRaw(t, h.conn(""))
+		r.hello("pipeliner")
+		r.command(wire.OpTopicDeclare, &wire.Declare{Name: "piped", Retained: wire.RetainLatest})
+		if be := r.reply(&wire.DeclareOK{}); be != nil {
+			t.Fatal(be)
+		}
+		data := bytes.Repeat([]byte{0x5a}, 1<<20)
+		for round := range 10 {
+			alloc := rawAllocate(t, r, uint64(len(data)))
+			f, err := store.OpenWrite(h.root, alloc.WriteLocation.StoreID.String(), alloc.WriteLocation.RelativePath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Write(data); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			digest := wire.Digest(sha256.Sum256(data))
+			bad := round%3 == 2 // a digest that cannot match: the seal fails
+			if bad {
+				digest = wire.Digest{}
+			}
+			ref := wire.ArtifactRef{StoreID: alloc.WriteLocation.StoreID, ArtifactID: alloc.ArtifactID, Generation: alloc.Generation,
+				ByteLength: uint64(len(data)), ContentType: "x/y", Digest: wire.Some(digest)}
+			var b []byte
+			r.id++
+			b, _ = wire.AppendFrame(b, wire.Header{ID: r.id, Kind: wire.KindCommand, Op: wire.OpArtifactSeal},
+				&wire.Seal{ArtifactID: alloc.ArtifactID, Generation: alloc.Generation, OwnerID: alloc.OwnerID, Digest: wire.Some(digest)}, nil)
+			r.id++
+			b, _ = wire.AppendFrame(b, wire.Header{ID: r.id, Kind: wire.KindCommand, Op: wire.OpPublish},
+				&wire.Publish{Topic: "piped", Payload: wire.RawJSON(`{}`)}, []wire.Attachment{{Name: "frame", Ref: ref, OwnerID: alloc.OwnerID}})
+			before := h.r.Stats().Publications
+			r.sendBytes(b)
+			var sealed wire.SealOK
+			sealErr := r.reply(&sealed)
+			var pub wire.PublishOK
+			pubErr := r.reply(&pub)
+			if bad {
+				if sealErr == nil || sealErr.Code != wire.ErrArtifactMismatch {
+					t.Fatalf("round %d: seal with a wrong digest: %v", round, sealErr)
+				}
+				if pubErr == nil {
+					t.Fatalf("round %d: the publish behind a failed seal was admitted", round)
+				}
+				if n := h.r.Stats().Publications; n != before {
+					t.Fatalf("round %d: %d publications after a failed seal, want %d", round, n, before)
+				}
+				continue
+			}
+			if sealErr != nil || pubErr != nil {
+				t.Fatalf("round %d: seal %v, publish %v", round, sealErr, pubErr)
+			}
+			if sealed.Ref != ref {
+				t.Fatalf("round %d: sealed as %+v, published as %+v", round, sealed.Ref, ref)
+			}
+			r.command(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{sealed.OwnerID}})
+			if be := r.reply(&wire.Released{}); be != nil {
+				t.Fatal(be)
+			}
+		}
+	})
+}
