@@ -83,14 +83,27 @@ func (a Artifacts) Allocate(ctx context.Context, n int64, contentType string) (*
 		return nil, fmt.Errorf("flybus: negative artifact size %d", n)
 	}
 	var ok wire.AllocateOK
-	err := c.roundTrip(ctx, wire.OpArtifactAllocate, &wire.Allocate{ByteLength: uint64(n), ContentType: contentType}, &ok,
-		func(err error) {
-			if err == nil { // granted after the caller gave up: give it back
-				c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{ok.OwnerID}})
-			}
-		})
-	if err != nil {
-		return nil, err
+	k := aheadKey{n, contentType}
+	hit := false
+	if c.cfg.AllocateAhead > 0 {
+		var err error
+		if ok, hit, err = c.allocateAhead(ctx, k); err != nil {
+			return nil, err
+		}
+	}
+	if !hit {
+		err := c.roundTrip(ctx, wire.OpArtifactAllocate, &wire.Allocate{ByteLength: uint64(n), ContentType: contentType}, &ok,
+			func(err error) {
+				if err == nil { // granted after the caller gave up: give it back
+					c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{ok.OwnerID}})
+				}
+			})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if c.cfg.AllocateAhead > 0 {
+		c.prepare(k)
 	}
 	f, err := store.OpenWrite(c.cfg.StoreRoot, ok.WriteLocation.StoreID.String(), ok.WriteLocation.RelativePath)
 	if err != nil {
@@ -98,7 +111,8 @@ func (a Artifacts) Allocate(ctx context.Context, n int64, contentType string) (*
 		return nil, c.locationError(ok.WriteLocation, err)
 	}
 	st := &writerState{f: f}
-	w := &ArtifactWriter{c: c, id: ok.ArtifactID, gen: ok.Generation, owner: ok.OwnerID, size: n, contentType: contentType, st: st}
+	w := &ArtifactWriter{c: c, id: ok.ArtifactID, gen: ok.Generation, owner: ok.OwnerID, size: n, contentType: contentType, st: st,
+		storeID: ok.WriteLocation.StoreID}
 	owner := ok.OwnerID
 	w.cleanup = watch(c, w, "ArtifactWriter", func() {
 		if st.finish() == nil {
@@ -131,6 +145,7 @@ type ArtifactWriter struct {
 	owner       wire.OwnerID
 	size        int64
 	contentType string
+	storeID     wire.StoreID
 	st          *writerState
 	cleanup     runtime.Cleanup
 }
@@ -283,6 +298,71 @@ func (w *ArtifactWriter) seal(ctx context.Context, digest wire.Opt[wire.Digest])
 	return c.newArtifact(ok.Ref, c.holdGuard(ok.OwnerID)), nil
 }
 
+// SealNoWait sends the seal and returns the artifact at once, without
+// waiting for the router's answer: attach it to a Publish, Call or Reply
+// straight away, and the seal and that command cost one round trip
+// between them. The router reads a connection's commands in order and
+// finishes a seal before the next one, so the command finds the artifact
+// sealed; if the seal fails, the command fails with the seal's error and
+// nothing is published, called or replied.
+//
+// Until the seal is answered the artifact's reference is the one the seal
+// is expected to produce. Ref, View, ReaderAt, ReadAll and Retain wait for
+// the answer; Sealed waits and reports the seal's outcome. Close the
+// artifact as one returned by Seal.
+func (w *ArtifactWriter) SealNoWait() (*Artifact, error) {
+	return w.sealNoWait(wire.Opt[wire.Digest]{})
+}
+
+// SealNoWaitWithDigest is SealNoWait with SealWithDigest's check.
+func (w *ArtifactWriter) SealNoWaitWithDigest(hexDigest string) (*Artifact, error) {
+	d, ok := wire.ParseDigest(hexDigest)
+	if !ok {
+		return nil, fmt.Errorf("flybus: digest %q is not 64 lowercase hex digits", hexDigest)
+	}
+	return w.sealNoWait(wire.Some(d))
+}
+
+func (w *ArtifactWriter) sealNoWait(digest wire.Opt[wire.Digest]) (*Artifact, error) {
+	if err := w.st.end(true); err != nil {
+		return nil, err
+	}
+	w.cleanup.Stop() // the artifact's guard owns the writer's id from here
+	c := w.c
+	ref := wire.ArtifactRef{StoreID: w.storeID, ArtifactID: w.id, Generation: w.gen, ByteLength: uint64(w.size),
+		ContentType: w.contentType, Digest: digest}
+	s := &sealing{done: make(chan struct{}), ref: ref}
+	var ok wire.SealOK
+	wt := &waiter{op: wire.OpArtifactSeal, v: &ok, complete: func(err error) {
+		// The reader settles the seal before it dispatches the reply of
+		// the command behind it. After a refusal the writer's id is
+		// released by the artifact's Close, like any hold.
+		if err == nil {
+			s.ref = ok.Ref
+		} else {
+			s.err = err
+		}
+		close(s.done)
+	}}
+	a := c.newArtifact(ref, c.holdGuard(w.owner))
+	a.seal = s
+	if err := c.enqueueWith(wire.OpArtifactSeal, &wire.Seal{ArtifactID: w.id, Generation: w.gen, OwnerID: w.owner, Digest: digest},
+		nil, wt, false, nil); err != nil {
+		a.Close()
+		return nil, err
+	}
+	c.flush()
+	return a, nil
+}
+
+// sealing is a seal sent by SealNoWait, settled by the reader when its
+// answer arrives.
+type sealing struct {
+	done chan struct{}
+	ref  wire.ArtifactRef // expected, then (once done) the sealed reference
+	err  error            // set before done closes
+}
+
 // Close abandons an unsealed writer: the staging file is collected.
 // Idempotent; a no-op after Seal.
 func (w *ArtifactWriter) Close() error {
@@ -299,7 +379,8 @@ func (w *ArtifactWriter) Close() error {
 // Clone shares that owner; the last handle closed releases it.
 type Artifact struct {
 	c       *Client
-	ref     wire.ArtifactRef
+	ref     wire.ArtifactRef // for a seal in flight (seal != nil), the expected one
+	seal    *sealing
 	g       *guard
 	closed  atomic.Bool
 	cleanup runtime.Cleanup
@@ -313,8 +394,43 @@ func (c *Client) newArtifact(ref wire.ArtifactRef, g *guard) *Artifact {
 	return a
 }
 
-// Ref is the artifact's identity.
-func (a *Artifact) Ref() wire.ArtifactRef { return a.ref }
+// Ref is the artifact's identity. For an artifact of SealNoWait it waits
+// for the seal's answer (and is the expected reference if the seal failed).
+func (a *Artifact) Ref() wire.ArtifactRef {
+	if a.seal == nil {
+		return a.ref
+	}
+	<-a.seal.done
+	return a.seal.ref
+}
+
+// Sealed waits for the answer to SealNoWait and returns the seal's error,
+// if it failed. An artifact sealed any other way is sealed: nil at once.
+func (a *Artifact) Sealed(ctx context.Context) error {
+	_, err := a.settled(ctx)
+	return err
+}
+
+// settled returns the artifact's reference once its seal is answered.
+func (a *Artifact) settled(ctx context.Context) (wire.ArtifactRef, error) {
+	s := a.seal
+	if s == nil {
+		return a.ref, nil
+	}
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		return wire.ArtifactRef{}, ctx.Err()
+	}
+	if s.err != nil {
+		return wire.ArtifactRef{}, sealFailed(s.err)
+	}
+	return s.ref, nil
+}
+
+// sealFailed wraps the error of a seal sent without waiting, keeping its
+// code for errors.Is and errors.As.
+func sealFailed(err error) error { return fmt.Errorf("flybus: the artifact's seal failed: %w", err) }
 
 // OwnerID is the owner this handle uses on the router.
 func (a *Artifact) OwnerID() wire.OwnerID { return a.g.owner }
@@ -333,7 +449,9 @@ func (a *Artifact) Clone() (*Artifact, error) {
 	if err := a.take(); err != nil {
 		return nil, err
 	}
-	return a.c.newArtifact(a.ref, a.g), nil
+	b := a.c.newArtifact(a.ref, a.g)
+	b.seal = a.seal
+	return b, nil
 }
 
 // Close releases this handle. Idempotent.
@@ -350,11 +468,15 @@ func (a *Artifact) Close() error {
 func (a *Artifact) Retain(ctx context.Context) (*Artifact, error) {
 	var ok wire.RetainOK
 	c := a.c
+	ref, err := a.settled(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if err := a.take(); err != nil {
 		return nil, err
 	}
 	defer a.g.drop()
-	err := c.roundTrip(ctx, wire.OpArtifactRetain, &wire.RefOwner{Ref: a.ref, OwnerID: a.g.owner}, &ok, func(err error) {
+	err = c.roundTrip(ctx, wire.OpArtifactRetain, &wire.RefOwner{Ref: ref, OwnerID: a.g.owner}, &ok, func(err error) {
 		if err == nil {
 			c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{ok.OwnerID}})
 		}
@@ -362,17 +484,17 @@ func (a *Artifact) Retain(ctx context.Context) (*Artifact, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.newArtifact(a.ref, c.holdGuard(ok.OwnerID)), nil
+	return c.newArtifact(ref, c.holdGuard(ok.OwnerID)), nil
 }
 
 // openFile resolves a read location through artifact.open and opens it.
-func (a *Artifact) openFile(ctx context.Context) (*os.File, wire.Location, error) {
+func (a *Artifact) openFile(ctx context.Context, ref wire.ArtifactRef) (*os.File, wire.Location, error) {
 	if a.c.cfg.StoreRoot == "" {
 		return nil, wire.Location{}, ErrNoStoreRoot
 	}
 	var ok wire.OpenOK
 	a.c.artifactOpens.Add(1)
-	if err := a.c.roundTrip(ctx, wire.OpArtifactOpen, &wire.RefOwner{Ref: a.ref, OwnerID: a.g.owner}, &ok, nil); err != nil {
+	if err := a.c.roundTrip(ctx, wire.OpArtifactOpen, &wire.RefOwner{Ref: ref, OwnerID: a.g.owner}, &ok, nil); err != nil {
 		return nil, wire.Location{}, err
 	}
 	f, err := store.OpenRead(a.c.cfg.StoreRoot, ok.ReadLocation.StoreID.String(), ok.ReadLocation.RelativePath)
@@ -385,10 +507,14 @@ func (a *Artifact) openFile(ctx context.Context) (*os.File, wire.Location, error
 // openHeld opens the artifact's file with a reference on its owner taken
 // for the caller; on failure the reference is given back.
 func (a *Artifact) openHeld(ctx context.Context) (*os.File, wire.Location, error) {
+	ref, err := a.settled(ctx)
+	if err != nil {
+		return nil, wire.Location{}, err
+	}
 	if err := a.take(); err != nil {
 		return nil, wire.Location{}, err
 	}
-	f, loc, err := a.openFile(ctx)
+	f, loc, err := a.openFile(ctx, ref)
 	if err != nil {
 		a.g.drop()
 		return nil, loc, err
@@ -401,17 +527,21 @@ func (a *Artifact) openHeld(ctx context.Context) (*os.File, wire.Location, error
 // a pooled store, a slot this connection viewed before is read through its
 // cached mapping: no round trip, no mapping (see Config.MapPerView).
 func (a *Artifact) View(ctx context.Context) (*ArtifactView, error) {
-	c, size := a.c, int(a.ref.ByteLength)
+	ref, err := a.settled(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c, size := a.c, int(ref.ByteLength)
 	cache := !c.cfg.MapPerView && size > 0
 	if err := a.take(); err != nil { // the view's reference, kept until it closes
 		return nil, err
 	}
 	if cache {
-		if sm := c.slots.get(a.ref.ArtifactID, size); sm != nil {
+		if sm := c.slots.get(ref.ArtifactID, size); sm != nil {
 			return a.cachedView(sm, size), nil
 		}
 	}
-	f, loc, err := a.openFile(ctx)
+	f, loc, err := a.openFile(ctx, ref)
 	if err != nil {
 		a.g.drop()
 		return nil, err
@@ -423,10 +553,10 @@ func (a *Artifact) View(ctx context.Context) (*ArtifactView, error) {
 			a.g.drop()
 			return nil, err
 		}
-		return a.cachedView(c.slots.put(a.ref.ArtifactID, r), size), nil
+		return a.cachedView(c.slots.put(ref.ArtifactID, r), size), nil
 	}
 	c.maps.Add(1)
-	m, err := mmap.MapFile(f, int64(a.ref.ByteLength))
+	m, err := mmap.MapFile(f, int64(size))
 	cerr := f.Close() // the mapping keeps the pages; the descriptor is not needed
 	if err == nil {
 		err = cerr
@@ -592,9 +722,78 @@ func wireAttachments(atts []Attachment) ([]wire.Attachment, func(), error) {
 			return nil, nil, fmt.Errorf("flybus: attachment %q: %w", a.Name, err)
 		}
 		held = append(held, a.Artifact.g)
-		out = append(out, wire.Attachment{Name: a.Name, Ref: a.Artifact.ref, OwnerID: a.Artifact.g.owner})
+		ref := a.Artifact.ref
+		if s := a.Artifact.seal; s != nil {
+			select {
+			case <-s.done:
+				if s.err != nil {
+					undo()
+					return nil, nil, fmt.Errorf("flybus: attachment %q: %w", a.Name, sealFailed(s.err))
+				}
+				ref = s.ref
+			default: // in flight: the expected reference (see sendAttached)
+			}
+		}
+		out = append(out, wire.Attachment{Name: a.Name, Ref: ref, OwnerID: a.Artifact.g.owner})
 	}
 	return out, undo, nil
+}
+
+// sendAttached runs send with the attachments in wire form, their owners
+// held for the admission; undo, passed to send for its orphan handler,
+// gives them back. A refusal caused by an attachment's seal sent without
+// waiting reports the seal's error. If such a seal put its artifact
+// elsewhere than expected (a pooled store copies when a writer kept the
+// slot open), the command is sent once more with the sealed references.
+func sendAttached[T any](atts []Attachment, send func(watts []wire.Attachment, undo func()) (T, error)) (T, error) {
+	for retried := false; ; retried = true {
+		watts, undo, err := wireAttachments(atts)
+		if err != nil {
+			var zero T
+			return zero, err
+		}
+		v, err := send(watts, undo)
+		if isCtxErr(err) {
+			return v, err // the orphan handler gives the owners back
+		}
+		undo() // admitted or refused: the router holds its own roots now
+		if err == nil {
+			return v, nil
+		}
+		retry, err := sealOutcome(atts, watts, err)
+		if !retry || retried {
+			return v, err
+		}
+	}
+}
+
+// sealOutcome explains a refusal of a command that attached artifacts of
+// SealNoWait: the router answers a seal before the command behind it, so
+// by now every such seal is settled.
+func sealOutcome(atts []Attachment, sent []wire.Attachment, err error) (retry bool, _ error) {
+	var be *wire.BusError
+	if !errors.As(err, &be) || be.Code == wire.ErrRouterLost {
+		return false, err
+	}
+	for i, a := range atts {
+		s := a.Artifact.seal
+		if s == nil {
+			continue
+		}
+		select {
+		case <-s.done:
+		default:
+			continue // not sent ahead of this command after all
+		}
+		if s.err != nil {
+			return false, fmt.Errorf("flybus: attachment %q: %w", a.Name, sealFailed(s.err))
+		}
+		retry = retry || s.ref != sent[i].Ref
+	}
+	if retry {
+		return true, nil
+	}
+	return false, err
 }
 
 // attachSet is a delivery's attachments in envelope order (at most 32, so

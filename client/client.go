@@ -36,6 +36,13 @@ type Config struct {
 	// Slower; for tests, where a read after Close should fault rather than
 	// show the slot's later generation.
 	MapPerView bool
+	// AllocateAhead is how many recent (size, content type) pairs keep one
+	// allocation prepared, so that Allocate of such a size returns at once
+	// while the next one is asked for in the background [0: off]. Each
+	// prepared allocation holds an owner and its bytes of the store budget
+	// until it is taken, or released at Close; a producer of frames of one
+	// size wants 1.
+	AllocateAhead int
 }
 
 // Info describes the negotiated session.
@@ -86,6 +93,7 @@ type Client struct {
 	controlErrors atomic.Uint64
 	leaks         atomic.Uint64
 	slots         slotCache     // pool mode: one mapping per viewed slot
+	ahead         ahead         // allocations prepared ahead (Config.AllocateAhead)
 	artifactOpens atomic.Uint64 // artifact.open round trips
 	maps, unmaps  atomic.Uint64 // per-view mappings
 	wg            sync.WaitGroup
@@ -112,6 +120,10 @@ type waiter struct {
 	// before any later frame is dispatched: a subscription must be known
 	// before its first delivery arrives.
 	then func()
+	// complete, when set, takes the result instead of a waiting caller:
+	// the reader (or the connection's failure) runs it once, before any
+	// later frame is dispatched.
+	complete func(err error)
 }
 
 // Connect performs bus.hello over nc and starts the client's reader and
@@ -231,6 +243,7 @@ func (c *Client) Close() error {
 // CloseContext is Close with a bound: when ctx ends first, the connection
 // is closed at once and an error says the router may not have let go yet.
 func (c *Client) CloseContext(ctx context.Context) error {
+	c.closeAhead()
 	c.mu.Lock()
 	if c.lost == nil {
 		c.closing = true
@@ -292,13 +305,11 @@ func (c *Client) fail(err error) {
 	c.wakeWriter()
 	lostErr := lostError(err)
 	for _, w := range waiters {
-		if w.ch != nil {
-			w.ch <- lostErr
-		}
+		w.settle(lostErr)
 	}
 	for _, it := range queued {
-		if it.w != nil && it.w.ch != nil {
-			it.w.ch <- lostErr
+		if it.w != nil {
+			it.w.settle(lostErr)
 		}
 	}
 	for _, p := range calls {
@@ -554,9 +565,18 @@ func (c *Client) appendCommand(buf []byte, it *sendItem) []byte {
 	buf, err := wire.AppendFrame(buf, wire.Header{ID: c.nextMsg, Kind: wire.KindCommand, Op: it.op}, it.body, it.atts)
 	if err != nil {
 		delete(c.waiters, c.nextMsg)
-		if w.ch != nil {
-			w.ch <- err
-		}
+		w.settle(err)
 	}
 	return buf
+}
+
+// settle hands a waiter a result that is not the router's reply: the
+// connection failed, or the command could not be encoded.
+func (w *waiter) settle(err error) {
+	switch {
+	case w.complete != nil:
+		w.complete(err)
+	case w.ch != nil:
+		w.ch <- err
+	}
 }

@@ -128,6 +128,12 @@ func goodHello() wire.HelloOK {
 // answer(msg). The returned client, if any, is closed at cleanup.
 func connectFake(t *testing.T, ctx context.Context, answer func(f *fakeRouter, msg uint64)) (*Client, *fakeRouter, error) {
 	t.Helper()
+	return connectFakeWith(t, ctx, Config{ClientID: "sdk-test"}, answer)
+}
+
+// connectFakeWith is connectFake with the client's configuration.
+func connectFakeWith(t *testing.T, ctx context.Context, cfg Config, answer func(f *fakeRouter, msg uint64)) (*Client, *fakeRouter, error) {
+	t.Helper()
 	f, nc := newFakeRouter(t)
 	type result struct {
 		c   *Client
@@ -135,12 +141,12 @@ func connectFake(t *testing.T, ctx context.Context, answer func(f *fakeRouter, m
 	}
 	ch := make(chan result, 1)
 	go func() {
-		c, err := Connect(ctx, nc, Config{ClientID: "sdk-test"})
+		c, err := Connect(ctx, nc, cfg)
 		ch <- result{c, err}
 	}()
 	env := f.command(wire.OpHello)
 	var h wire.Hello
-	if err := env.DecodeBody(&h); err != nil || h.ClientID != "sdk-test" {
+	if err := env.DecodeBody(&h); err != nil || h.ClientID != cfg.ClientID {
 		t.Fatalf("hello body %+v: %v", h, err)
 	}
 	answer(f, env.ID)

@@ -51,11 +51,18 @@ type Stats struct {
 	// CachedViews how many views were served by a cached mapping.
 	CachedSlots int
 	CachedViews uint64
+	// Config.AllocateAhead: allocations prepared and not yet taken, the
+	// Allocates they answered at once, and those released unused (evicted
+	// by a more recent size, or at Close).
+	PreparedWriters  int
+	AllocatedAhead   uint64
+	PreparedReleased uint64
 }
 
 // Stats returns the client's counters.
 func (c *Client) Stats() Stats {
 	cached, hits, maps, unmaps := c.slots.cacheStats()
 	return Stats{Leaked: c.leaks.Load(), ControlErrors: c.controlErrors.Load(), ArtifactOpens: c.artifactOpens.Load(),
-		Maps: c.maps.Load() + maps, Unmaps: c.unmaps.Load() + unmaps, CachedSlots: cached, CachedViews: hits}
+		Maps: c.maps.Load() + maps, Unmaps: c.unmaps.Load() + unmaps, CachedSlots: cached, CachedViews: hits,
+		PreparedWriters: c.ahead.preparedWriters(), AllocatedAhead: c.ahead.served.Load(), PreparedReleased: c.ahead.released.Load()}
 }

@@ -92,15 +92,10 @@ func (c *Client) Publish(ctx context.Context, topic string, payload any, atts ..
 	if err != nil {
 		return PublishReceipt{}, err
 	}
-	watts, undo, err := wireAttachments(atts)
-	if err != nil {
-		return PublishReceipt{}, err
-	}
 	var ok wire.PublishOK
-	err = c.send(ctx, wire.OpPublish, &wire.Publish{Topic: topic, Payload: raw}, watts, &ok, func(error) { undo() }, nil)
-	if !isCtxErr(err) {
-		undo()
-	}
+	_, err = sendAttached(atts, func(watts []wire.Attachment, undo func()) (struct{}, error) {
+		return struct{}{}, c.send(ctx, wire.OpPublish, &wire.Publish{Topic: topic, Payload: raw}, watts, &ok, func(error) { undo() }, nil)
+	})
 	if err != nil {
 		return PublishReceipt{}, err
 	}

@@ -84,9 +84,7 @@ func (c *Client) onReply(env *wire.Envelope) error {
 	// The waiter has left the table, so a violation from here on must
 	// settle it here: the connection's failure will not find it.
 	bad := func(err error) error {
-		if w.ch != nil {
-			w.ch <- lostError(err)
-		}
+		w.settle(lostError(err))
 		return err
 	}
 	if w.op != env.Op {
@@ -105,6 +103,10 @@ func (c *Client) onReply(env *wire.Envelope) error {
 		result = busErr
 	} else if w.then != nil {
 		w.then()
+	}
+	if w.complete != nil {
+		w.complete(result)
+		return nil
 	}
 	// Hand the result over, or to the orphan handler if the caller gave
 	// up, deciding under the lock the caller marks abandonment with: a

@@ -235,20 +235,14 @@ func (rc *replyCap) reply(ctx context.Context, outcome any, atts []Attachment) (
 	if err != nil {
 		return false, err
 	}
-	watts, undo, err := wireAttachments(atts)
-	if err != nil {
-		return false, err
-	}
 	var ok wire.Routed
-	err = rc.c.send(ctx, wire.OpRPCReply, &wire.Reply{CallID: rc.callID,
-		RequestDeliveryID: rc.deliveryID, Outcome: raw}, watts, &ok, func(error) { undo() }, nil)
+	_, err = sendAttached(atts, func(watts []wire.Attachment, undo func()) (struct{}, error) {
+		return struct{}{}, rc.c.send(ctx, wire.OpRPCReply, &wire.Reply{CallID: rc.callID,
+			RequestDeliveryID: rc.deliveryID, Outcome: raw}, watts, &ok, func(error) { undo() }, nil)
+	})
 	if err != nil {
-		if !isCtxErr(err) {
-			undo()
-		}
 		return false, err
 	}
-	undo()
 	rc.mu.Lock()
 	rc.replied = true
 	rc.mu.Unlock()
@@ -460,10 +454,15 @@ func (c *Client) Call(ctx context.Context, target string, pin wire.ServiceInc, m
 	if err != nil {
 		return nil, err
 	}
-	watts, undo, err := wireAttachments(atts)
-	if err != nil {
-		return nil, err
-	}
+	return sendAttached(atts, func(watts []wire.Attachment, undo func()) (*PendingCall, error) {
+		return c.call(ctx, target, pin, method, raw, watts, undo)
+	})
+}
+
+// call admits one call with attachments in wire form; undo gives back the
+// owners they hold, when the router's answer comes after ctx ended.
+func (c *Client) call(ctx context.Context, target string, pin wire.ServiceInc, method string, raw wire.RawJSON,
+	watts []wire.Attachment, undo func()) (*PendingCall, error) {
 	p := &PendingCall{c: c, done: make(chan struct{})}
 	body := &wire.Call{Target: target, Method: method, Payload: raw}
 	if pin != 0 {
@@ -479,16 +478,13 @@ func (c *Client) Call(ctx context.Context, target string, pin wire.ServiceInc, m
 		c.calls[p.id] = p
 	}
 	var ok wire.CallOK
-	err = c.sendPrepared(ctx, wire.OpRPCCall, body, watts, &ok, func(err error) {
+	err := c.sendPrepared(ctx, wire.OpRPCCall, body, watts, &ok, func(err error) {
 		undo()
 		if err == nil { // admitted after the caller gave up
 			p.Close()
 		}
 	}, nil, assign)
 	id := p.id
-	if !isCtxErr(err) {
-		undo() // admitted or refused: the router holds its own roots now
-	}
 	if err != nil {
 		if !isCtxErr(err) {
 			c.mu.Lock()

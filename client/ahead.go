@@ -1,0 +1,170 @@
+package client
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/flybus/flybus/wire"
+)
+
+// Allocation ahead (Config.AllocateAhead). A producer allocates frames of
+// one size over and over, and each Allocate is a round trip on its
+// critical path. For each of the last few (size, content type) pairs it
+// allocated, the client keeps one allocation made before it is asked for:
+// Allocate takes it at once and asks for the next one in the background,
+// its answer settled by the reader. A prepared allocation holds one owner
+// and its bytes of the router's store budget, like any unsealed writer.
+
+type aheadKey struct {
+	n  int64
+	ct string
+}
+
+// prepared is one allocation asked for ahead: answered once done closes.
+type prepared struct {
+	done      chan struct{}
+	ok        wire.AllocateOK
+	err       error
+	abandoned bool // guarded by ahead.mu: released once answered
+}
+
+type ahead struct {
+	mu       sync.Mutex
+	recent   []aheadKey // most recently used last; at most AllocateAhead
+	ready    map[aheadKey]*prepared
+	closed   bool
+	served   atomic.Uint64 // Allocates answered by a prepared allocation
+	released atomic.Uint64 // prepared allocations released unused
+}
+
+// take removes the prepared allocation for k, if any, marking k recent.
+func (a *ahead) take(k aheadKey) *prepared {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := a.ready[k]
+	delete(a.ready, k)
+	return p
+}
+
+// prepare asks for the next allocation for k unless one is prepared or the
+// client is closing; the least recent key past limit gives its back.
+func (c *Client) prepare(k aheadKey) {
+	a := &c.ahead
+	a.mu.Lock()
+	if a.closed || a.ready[k] != nil {
+		a.mu.Unlock()
+		return
+	}
+	if a.ready == nil {
+		a.ready = map[aheadKey]*prepared{}
+	}
+	for i, x := range a.recent {
+		if x == k {
+			a.recent = append(a.recent[:i], a.recent[i+1:]...)
+			break
+		}
+	}
+	a.recent = append(a.recent, k)
+	var evicted *prepared
+	if len(a.recent) > c.cfg.AllocateAhead {
+		old := a.recent[0]
+		a.recent = a.recent[1:]
+		evicted = a.ready[old]
+		delete(a.ready, old)
+	}
+	p := &prepared{done: make(chan struct{})}
+	a.ready[k] = p
+	a.mu.Unlock()
+	if evicted != nil {
+		c.abandonPrepared(evicted)
+	}
+	w := &waiter{op: wire.OpArtifactAllocate, v: &p.ok, complete: func(err error) {
+		a.mu.Lock()
+		p.err = err
+		abandoned := p.abandoned
+		a.mu.Unlock()
+		close(p.done)
+		if abandoned && err == nil {
+			c.releasePrepared(p)
+		}
+	}}
+	if err := c.enqueueWith(wire.OpArtifactAllocate, &wire.Allocate{ByteLength: uint64(k.n), ContentType: k.ct}, nil, w, false, nil); err != nil {
+		a.mu.Lock()
+		if a.ready[k] == p {
+			delete(a.ready, k)
+		}
+		a.mu.Unlock()
+		return
+	}
+	c.wakeWriter() // off the caller's critical path
+}
+
+// abandonPrepared gives back a prepared allocation nobody will take: now
+// if it was answered, else when its answer arrives.
+func (c *Client) abandonPrepared(p *prepared) {
+	c.ahead.mu.Lock()
+	select {
+	case <-p.done:
+	default:
+		p.abandoned = true
+		c.ahead.mu.Unlock()
+		return
+	}
+	c.ahead.mu.Unlock()
+	if p.err == nil {
+		c.releasePrepared(p)
+	}
+}
+
+func (c *Client) releasePrepared(p *prepared) {
+	c.ahead.released.Add(1)
+	c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{p.ok.OwnerID}})
+}
+
+// closeAhead releases every prepared allocation; called as Close begins,
+// so the releases go out before the write side shuts.
+func (c *Client) closeAhead() {
+	a := &c.ahead
+	a.mu.Lock()
+	a.closed = true
+	ps := make([]*prepared, 0, len(a.ready))
+	for _, p := range a.ready {
+		ps = append(ps, p)
+	}
+	a.ready = nil
+	a.mu.Unlock()
+	for _, p := range ps {
+		c.abandonPrepared(p)
+	}
+}
+
+// preparedWriters counts allocations prepared and not yet taken.
+func (a *ahead) preparedWriters() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.ready)
+}
+
+// allocateAhead answers an Allocate from a prepared allocation for k, if
+// one is prepared (waiting for it if its answer is still on the way). It
+// reports false when the caller must allocate itself.
+func (c *Client) allocateAhead(ctx context.Context, k aheadKey) (wire.AllocateOK, bool, error) {
+	p := c.ahead.take(k)
+	if p == nil {
+		return wire.AllocateOK{}, false, nil
+	}
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		c.abandonPrepared(p)
+		return wire.AllocateOK{}, false, ctx.Err()
+	}
+	if p.err != nil {
+		// Refused ahead (the store was full, say): the caller's own
+		// round trip reports what holds now.
+		return wire.AllocateOK{}, false, nil
+	}
+	c.ahead.served.Add(1)
+	return p.ok, true, nil
+}

@@ -1,0 +1,147 @@
+package client
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/flybus/flybus/wire"
+)
+
+// pipelineFixture connects a client to the fake router with a store root
+// holding one staging file, and answers an allocation of it.
+func pipelineFixture(t *testing.T) (*Client, *fakeRouter, *ArtifactWriter) {
+	t.Helper()
+	root := t.TempDir()
+	storeID := wire.StoreID(0xabc)
+	if err := os.MkdirAll(filepath.Join(root, storeID.String()), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, storeID.String(), "stage-1"), make([]byte, 4), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t, 10*time.Second)
+	c, f, err := connectFakeWith(t, ctx, Config{ClientID: "sdk-test", StoreRoot: root}, func(f *fakeRouter, msg uint64) {
+		ok := goodHello()
+		f.replyOK(msg, wire.OpHello, &ok)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type allocated struct {
+		w   *ArtifactWriter
+		err error
+	}
+	ch := make(chan allocated, 1)
+	go func() {
+		w, err := c.Artifacts().Allocate(ctx, 4, "x/y")
+		ch <- allocated{w, err}
+	}()
+	env := f.command(wire.OpArtifactAllocate)
+	f.replyOK(env.ID, wire.OpArtifactAllocate, &wire.AllocateOK{ArtifactID: 7, Generation: 3, OwnerID: wire.HoldOwner(1),
+		WriteLocation: wire.Location{StoreID: storeID, RelativePath: "stage-1"}})
+	a := <-ch
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if _, err := a.w.Write([]byte("abcd")); err != nil {
+		t.Fatal(err)
+	}
+	return c, f, a.w
+}
+
+// SealNoWait writes the seal at once, and a Publish attaching the artifact
+// follows it without waiting for the seal's answer: the fake router reads
+// both commands before it answers either. The publish carries the
+// reference the seal is expected to produce, owned by the writer's id.
+func TestSealNoWaitSendsTheCommandBehindItAtOnce(t *testing.T) {
+	noLeaks(t)
+	c, f, w := pipelineFixture(t)
+	ctx := testCtx(t, 10*time.Second)
+	// The pipe is synchronous: the producer runs on its own goroutine.
+	sealed := make(chan *Artifact, 1)
+	published := make(chan error, 1)
+	go func() {
+		a, err := w.SealNoWait()
+		if err != nil {
+			published <- err
+			return
+		}
+		sealed <- a
+		_, err = c.Publish(ctx, "t", wire.RawJSON(`{}`), Attach("frame", a))
+		published <- err
+	}()
+	seal := f.command(wire.OpArtifactSeal)
+	sealID := seal.ID
+	var sb wire.Seal
+	if err := seal.DecodeBody(&sb); err != nil || sb.ArtifactID != 7 || sb.Generation != 3 || sb.OwnerID != wire.HoldOwner(1) {
+		t.Fatalf("seal %+v: %v", sb, err)
+	}
+	pub := f.command(wire.OpPublish)
+	if len(pub.Attachments) != 1 {
+		t.Fatalf("publish attachments %+v", pub.Attachments)
+	}
+	want := wire.ArtifactRef{StoreID: 0xabc, ArtifactID: 7, Generation: 3, ByteLength: 4, ContentType: "x/y"}
+	if at := pub.Attachments[0]; at.Ref != want || at.OwnerID != wire.HoldOwner(1) {
+		t.Fatalf("publish attaches %+v", at)
+	}
+	f.replyOK(sealID, wire.OpArtifactSeal, &wire.SealOK{Ref: want, OwnerID: wire.HoldOwner(1)})
+	f.replyOK(pub.ID, wire.OpPublish, &wire.PublishOK{TopicSequence: 1})
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+	a := <-sealed
+	defer func() {
+		a.Close()
+		f.replyOK(f.command(wire.OpArtifactRelease).ID, wire.OpArtifactRelease, &wire.Released{})
+	}()
+	if err := a.Sealed(ctx); err != nil || a.Ref() != want {
+		t.Fatalf("sealed %v, ref %+v", err, a.Ref())
+	}
+}
+
+// A refused seal makes the command behind it report the seal's error, not
+// the router's refusal of the unsealed attachment.
+func TestSealNoWaitFailureIsTheCommandsError(t *testing.T) {
+	noLeaks(t)
+	c, f, w := pipelineFixture(t)
+	ctx := testCtx(t, 10*time.Second)
+	// The pipe is synchronous: the producer runs on its own goroutine.
+	sealed := make(chan *Artifact, 1)
+	published := make(chan error, 1)
+	go func() {
+		a, err := w.SealNoWait()
+		if err != nil {
+			published <- err
+			return
+		}
+		sealed <- a
+		_, err = c.Publish(ctx, "t", wire.RawJSON(`{}`), Attach("frame", a))
+		published <- err
+	}()
+	seal := f.command(wire.OpArtifactSeal)
+	sealID := seal.ID
+	pub := f.command(wire.OpPublish)
+	f.send(wire.Header{Kind: wire.KindReply, Op: wire.OpArtifactSeal, ReplyTo: wire.Some(wire.MsgID(sealID))},
+		&wire.ReplyBody{Err: wire.NewError(wire.ErrStoreFailure, 0, "disk on fire")}, nil)
+	f.send(wire.Header{Kind: wire.KindReply, Op: wire.OpPublish, ReplyTo: wire.Some(wire.MsgID(pub.ID))},
+		&wire.ReplyBody{Err: wire.NewError(wire.ErrArtifactUnsealed, 0, "not sealed")}, nil)
+	err := <-published
+	if !errors.Is(err, wire.ErrStoreFailure) {
+		t.Fatalf("publish behind a failed seal: %v", err)
+	}
+	a := <-sealed
+	if serr := a.Sealed(ctx); !errors.Is(serr, wire.ErrStoreFailure) {
+		t.Fatalf("Sealed: %v", serr)
+	}
+	// The artifact's Close releases the writer's id, as for any hold.
+	a.Close()
+	rel := f.command(wire.OpArtifactRelease)
+	var rb wire.Release
+	if err := rel.DecodeBody(&rb); err != nil || len(rb.OwnerIDs) != 1 || rb.OwnerIDs[0] != wire.HoldOwner(1) {
+		t.Fatalf("release %+v: %v", rb, err)
+	}
+	f.replyOK(rel.ID, wire.OpArtifactRelease, &wire.Released{})
+}

@@ -1,0 +1,125 @@
+package router_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/wire"
+)
+
+// dialWith connects an SDK client with cfg over an unbound transport.
+func (h *harness) dialWith(id string, cfg client.Config) *client.Client {
+	h.t.Helper()
+	cfg.ClientID, cfg.StoreRoot = id, h.root
+	c, err := client.Connect(ctxT(h.t), h.conn(""), cfg)
+	if err != nil {
+		h.t.Fatalf("connect %s: %v", id, err)
+	}
+	h.t.Cleanup(func() { c.Close() })
+	return h.track(c)
+}
+
+// With AllocateAhead, the second and later allocations of a size are
+// served by an allocation prepared in the background; each writer is
+// still unique and its bytes are what was written. Close releases the one
+// prepared last, and the router is left with nothing.
+func TestAllocateAheadServesRepeatedSizes(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		prod := h.dialWith("producer", client.Config{AllocateAhead: 1})
+		cons := h.dial("consumer")
+		if _, err := prod.DeclareTopic(ctx, "frames", wire.RetainNone); err != nil {
+			t.Fatal(err)
+		}
+		sub, err := cons.Subscribe(ctx, "frames", client.Bounded())
+		if err != nil {
+			t.Fatal(err)
+		}
+		const frames = 8
+		for i := range frames {
+			data := frameBytes(byte(i), 32<<10)
+			w := fill(t, prod, data)
+			a, err := w.SealNoWait()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := prod.Publish(ctx, "frames", map[string]int{"i": i}, client.Attach("frame", a)); err != nil {
+				t.Fatal(err)
+			}
+			a.Close()
+			if got, _ := readMessage(t, sub); !bytes.Equal(got, data) {
+				t.Fatalf("frame %d: other bytes", i)
+			}
+		}
+		st := prod.Stats()
+		if st.AllocatedAhead != frames-1 || st.PreparedWriters != 1 {
+			t.Fatalf("allocated ahead %d (want %d), prepared %d", st.AllocatedAhead, frames-1, st.PreparedWriters)
+		}
+		// The prepared allocation is a staging artifact the router counts;
+		// the last frame goes once its releases are processed.
+		waitFor(t, "only the prepared allocation left", func() bool {
+			rs := h.r.Stats()
+			return rs.Artifacts == 1 && rs.SealedArtifacts == 0 && rs.Owners == 1
+		})
+		sub.Close()
+		if err := prod.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if st := prod.Stats(); st.PreparedReleased != 1 || st.PreparedWriters != 0 || st.ControlErrors != 0 {
+			t.Fatalf("after Close: released %d, prepared %d, control errors %d", st.PreparedReleased, st.PreparedWriters, st.ControlErrors)
+		}
+		waitFor(t, "everything released", settled(h))
+	})
+}
+
+// A size more recent than AllocateAhead allows evicts the oldest one's
+// prepared allocation, released at once; a prepared allocation the router
+// refused leaves the caller's own allocation to report what holds.
+func TestAllocateAheadEvictsAndFallsBack(t *testing.T) {
+	l := wire.DefaultLimits()
+	l.MaxStoreBytes, l.MaxArtifactBytes = 3<<20, 3<<20
+	cfg := open()
+	cfg.Limits = l
+	forEachTransport(t, cfg, func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		prod := h.dialWith("producer", client.Config{AllocateAhead: 1})
+		w1, err := prod.Artifacts().Allocate(ctx, 1<<20, "a/b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		w1.Close()
+		// A second size: the first one's prepared allocation goes.
+		w2, err := prod.Artifacts().Allocate(ctx, 1<<10, "a/b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		w2.Close()
+		waitFor(t, "the evicted allocation released", func() bool { return prod.Stats().PreparedReleased == 1 })
+		// Fill the store: the allocation asked for ahead is refused, and
+		// the next Allocate reports the store is full itself.
+		w3, err := prod.Artifacts().Allocate(ctx, 2<<20, "a/b") // the 1 KiB one is prepared: 2 MiB + 1 KiB
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w3.Close()
+		_, err = prod.Artifacts().Allocate(ctx, 2<<20, "a/b")
+		if code(t, err) != wire.ErrQuotaExceeded {
+			t.Fatalf("allocation past the store: %v", err)
+		}
+		// A caller that gives up while the prepared one is on its way
+		// leaves nothing behind either.
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		if _, err := prod.Artifacts().Allocate(cctx, 1<<10, "a/b"); err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+		w3.Close()
+		if err := prod.Close(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "everything released", settled(h))
+	})
+}
