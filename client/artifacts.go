@@ -24,6 +24,27 @@ type guard struct {
 	refs    int
 	owner   wire.OwnerID
 	release func()
+	// opened are the read locations asked for when the delivery arrived
+	// (Config.OpenAhead); set by the reader before the guard is shared.
+	opened []*openedAhead
+}
+
+// openedAhead is one artifact.open sent ahead, answered once done closes.
+type openedAhead struct {
+	ref  wire.ArtifactRef
+	done chan struct{}
+	ok   wire.OpenOK
+	err  error
+}
+
+// openedFor returns the open sent ahead for ref, if there is one.
+func (g *guard) openedFor(ref wire.ArtifactRef) *openedAhead {
+	for _, o := range g.opened {
+		if o.ref == ref {
+			return o
+		}
+	}
+	return nil
 }
 
 func newGuard(owner wire.OwnerID, release func()) *guard {
@@ -57,8 +78,42 @@ func (c *Client) holdGuard(h wire.OwnerID) *guard {
 	})
 }
 
-func (c *Client) deliveryGuard(d wire.DeliveryID) *guard {
-	return newGuard(wire.DeliveryOwner(d), func() { c.consume(d) })
+func (c *Client) deliveryGuard(d wire.DeliveryID, arts attachSet) *guard {
+	g := newGuard(wire.DeliveryOwner(d), func() { c.consume(d) })
+	if c.cfg.OpenAhead && c.cfg.StoreRoot != "" && len(arts) > 0 {
+		c.openAhead(g, arts)
+	}
+	return g
+}
+
+// openAhead asks for the read location of every attachment of a delivery
+// as it arrives (the delivery owns them already), so that a View finds it
+// answered instead of making the round trip itself. A slot this
+// connection keeps mapped needs none.
+func (c *Client) openAhead(g *guard, arts attachSet) {
+	sent := false
+	for i := range arts {
+		ref := arts[i].Ref
+		if c.slots.has(ref.ArtifactID) {
+			continue
+		}
+		o := &openedAhead{ref: ref, done: make(chan struct{})}
+		g.opened = append(g.opened, o)
+		w := &waiter{op: wire.OpArtifactOpen, v: &o.ok, complete: func(err error) {
+			o.err = err
+			close(o.done)
+		}}
+		c.artifactOpens.Add(1)
+		if err := c.enqueueWith(wire.OpArtifactOpen, &wire.RefOwner{Ref: ref, OwnerID: g.owner}, nil, w, false, nil); err != nil {
+			o.err = err
+			close(o.done)
+			continue
+		}
+		sent = true
+	}
+	if sent {
+		c.wakeWriter() // the reader never writes: a full socket must not stall it
+	}
 }
 
 // Artifacts is the client's artifact API.
@@ -493,9 +548,22 @@ func (a *Artifact) openFile(ctx context.Context, ref wire.ArtifactRef) (*os.File
 		return nil, wire.Location{}, ErrNoStoreRoot
 	}
 	var ok wire.OpenOK
-	a.c.artifactOpens.Add(1)
-	if err := a.c.roundTrip(ctx, wire.OpArtifactOpen, &wire.RefOwner{Ref: ref, OwnerID: a.g.owner}, &ok, nil); err != nil {
-		return nil, wire.Location{}, err
+	if o := a.g.openedFor(ref); o != nil {
+		select {
+		case <-o.done:
+		case <-ctx.Done():
+			return nil, wire.Location{}, ctx.Err()
+		}
+		if o.err == nil {
+			ok = o.ok
+			a.c.openedAhead.Add(1)
+		}
+	}
+	if ok.ReadLocation.RelativePath == "" {
+		a.c.artifactOpens.Add(1)
+		if err := a.c.roundTrip(ctx, wire.OpArtifactOpen, &wire.RefOwner{Ref: ref, OwnerID: a.g.owner}, &ok, nil); err != nil {
+			return nil, wire.Location{}, err
+		}
 	}
 	f, err := store.OpenRead(a.c.cfg.StoreRoot, ok.ReadLocation.StoreID.String(), ok.ReadLocation.RelativePath)
 	if err != nil {

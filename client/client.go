@@ -43,6 +43,12 @@ type Config struct {
 	// until it is taken, or released at Close; a producer of frames of one
 	// size wants 1.
 	AllocateAhead int
+	// OpenAhead asks for the read location of every artifact a delivery
+	// carries as soon as the delivery arrives, so that View (files mode)
+	// finds it answered instead of making that round trip itself. It costs
+	// the round trip for artifacts that are never viewed; a slot the
+	// connection keeps mapped (pool mode) needs none [false].
+	OpenAhead bool
 }
 
 // Info describes the negotiated session.
@@ -95,6 +101,7 @@ type Client struct {
 	slots         slotCache     // pool mode: one mapping per viewed slot
 	ahead         ahead         // allocations prepared ahead (Config.AllocateAhead)
 	artifactOpens atomic.Uint64 // artifact.open round trips
+	openedAhead   atomic.Uint64 // views served by an open sent ahead
 	maps, unmaps  atomic.Uint64 // per-view mappings
 	wg            sync.WaitGroup
 	closed        chan struct{} // closed once lost is set

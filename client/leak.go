@@ -57,6 +57,9 @@ type Stats struct {
 	PreparedWriters  int
 	AllocatedAhead   uint64
 	PreparedReleased uint64
+	// OpenedAhead counts views and readers that found their read location
+	// asked for when the delivery arrived (Config.OpenAhead).
+	OpenedAhead uint64
 }
 
 // Stats returns the client's counters.
@@ -64,5 +67,6 @@ func (c *Client) Stats() Stats {
 	cached, hits, maps, unmaps := c.slots.cacheStats()
 	return Stats{Leaked: c.leaks.Load(), ControlErrors: c.controlErrors.Load(), ArtifactOpens: c.artifactOpens.Load(),
 		Maps: c.maps.Load() + maps, Unmaps: c.unmaps.Load() + unmaps, CachedSlots: cached, CachedViews: hits,
-		PreparedWriters: c.ahead.preparedWriters(), AllocatedAhead: c.ahead.served.Load(), PreparedReleased: c.ahead.released.Load()}
+		PreparedWriters: c.ahead.preparedWriters(), AllocatedAhead: c.ahead.served.Load(), PreparedReleased: c.ahead.released.Load(),
+		OpenedAhead: c.openedAhead.Load()}
 }

@@ -239,7 +239,7 @@ func (m *Message) Close() error {
 }
 
 func (c *Client) onMessage(w *wire.TopicMessage, arts attachSet) error {
-	g := c.deliveryGuard(w.DeliveryID)
+	g := c.deliveryGuard(w.DeliveryID, arts)
 	m := &Message{c: c, DeliveryID: w.DeliveryID, SubscriptionID: w.SubscriptionID, Topic: w.Topic,
 		TopicIncarnation: w.TopicIncarnation, TopicSequence: w.TopicSequence, Replaced: w.Replaced,
 		Payload: w.Payload.Clone(), d: delivered{what: "message", g: g}, arts: arts}

@@ -139,7 +139,7 @@ func (c *Client) onRequest(r *wire.Request, arts attachSet) error {
 	c.mu.Lock()
 	s := c.services[r.Target]
 	c.mu.Unlock()
-	g := c.deliveryGuard(r.DeliveryID)
+	g := c.deliveryGuard(r.DeliveryID, arts)
 	rc := &replyCap{c: c, callID: r.CallID, deliveryID: r.DeliveryID, refs: 1}
 	req := &Request{c: c, Method: r.Method, Payload: r.Payload.Clone(), Caller: r.Caller,
 		CallID: r.CallID, DeliveryID: r.DeliveryID, ServiceIncarnation: r.ServiceIncarnation,
@@ -526,7 +526,7 @@ func (c *Client) onResult(r *wire.Result, arts attachSet) error {
 	p := c.calls[r.CallID]
 	delete(c.calls, r.CallID)
 	c.mu.Unlock()
-	g := c.deliveryGuard(r.DeliveryID)
+	g := c.deliveryGuard(r.DeliveryID, arts)
 	res := &Result{c: c, CallID: r.CallID, DeliveryID: r.DeliveryID, Responder: r.Responder,
 		ServiceIncarnation: r.ServiceIncarnation, Outcome: r.Outcome.Clone(),
 		d: delivered{what: "result", g: g}, arts: arts}

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -52,15 +53,9 @@ func pipelineFixture(t *testing.T) (*Client, *fakeRouter, *ArtifactWriter) {
 	return c, f, a.w
 }
 
-// SealNoWait writes the seal at once, and a Publish attaching the artifact
-// follows it without waiting for the seal's answer: the fake router reads
-// both commands before it answers either. The publish carries the
-// reference the seal is expected to produce, owned by the writer's id.
-func TestSealNoWaitSendsTheCommandBehindItAtOnce(t *testing.T) {
-	noLeaks(t)
-	c, f, w := pipelineFixture(t)
-	ctx := testCtx(t, 10*time.Second)
-	// The pipe is synchronous: the producer runs on its own goroutine.
+// sealAndPublish seals w without waiting and publishes it on topic "t",
+// on a goroutine of its own: the fake router's pipe is synchronous.
+func sealAndPublish(ctx context.Context, c *Client, w *ArtifactWriter) (<-chan *Artifact, <-chan error) {
 	sealed := make(chan *Artifact, 1)
 	published := make(chan error, 1)
 	go func() {
@@ -73,6 +68,18 @@ func TestSealNoWaitSendsTheCommandBehindItAtOnce(t *testing.T) {
 		_, err = c.Publish(ctx, "t", wire.RawJSON(`{}`), Attach("frame", a))
 		published <- err
 	}()
+	return sealed, published
+}
+
+// SealNoWait writes the seal at once, and a Publish attaching the artifact
+// follows it without waiting for the seal's answer: the fake router reads
+// both commands before it answers either. The publish carries the
+// reference the seal is expected to produce, owned by the writer's id.
+func TestSealNoWaitSendsTheCommandBehindItAtOnce(t *testing.T) {
+	noLeaks(t)
+	c, f, w := pipelineFixture(t)
+	ctx := testCtx(t, 10*time.Second)
+	sealed, published := sealAndPublish(ctx, c, w)
 	seal := f.command(wire.OpArtifactSeal)
 	sealID := seal.ID
 	var sb wire.Seal
@@ -108,19 +115,7 @@ func TestSealNoWaitFailureIsTheCommandsError(t *testing.T) {
 	noLeaks(t)
 	c, f, w := pipelineFixture(t)
 	ctx := testCtx(t, 10*time.Second)
-	// The pipe is synchronous: the producer runs on its own goroutine.
-	sealed := make(chan *Artifact, 1)
-	published := make(chan error, 1)
-	go func() {
-		a, err := w.SealNoWait()
-		if err != nil {
-			published <- err
-			return
-		}
-		sealed <- a
-		_, err = c.Publish(ctx, "t", wire.RawJSON(`{}`), Attach("frame", a))
-		published <- err
-	}()
+	sealed, published := sealAndPublish(ctx, c, w)
 	seal := f.command(wire.OpArtifactSeal)
 	sealID := seal.ID
 	pub := f.command(wire.OpPublish)

@@ -45,6 +45,13 @@ type slotMap struct {
 	evicted  bool // out of the table: unmapped when its last view closes
 }
 
+// has reports whether slot id is mapped now.
+func (sc *slotCache) has(id wire.ArtifactID) bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return sc.entries[id] != nil
+}
+
 // get returns slot id's mapping with a view counted on it, if it is cached
 // and holds at least size bytes.
 func (sc *slotCache) get(id wire.ArtifactID, size int) *slotMap {

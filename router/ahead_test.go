@@ -123,3 +123,68 @@ func TestAllocateAheadEvictsAndFallsBack(t *testing.T) {
 		waitFor(t, "everything released", settled(h))
 	})
 }
+
+// With OpenAhead, a consumer's View finds the read location asked for when
+// the delivery arrived: one artifact.open per delivery (none for a slot it
+// keeps mapped), none on the View's own way. A message closed unviewed
+// leaves nothing behind.
+func TestOpenAheadServesViews(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		prod := h.dial("producer")
+		cons := h.dialWith("consumer", client.Config{OpenAhead: true})
+		if _, err := prod.DeclareTopic(ctx, "frames", wire.RetainNone); err != nil {
+			t.Fatal(err)
+		}
+		sub, err := cons.Subscribe(ctx, "frames", client.Bounded())
+		if err != nil {
+			t.Fatal(err)
+		}
+		const frames = 6
+		for i := range frames {
+			data := frameBytes(byte(i), 32<<10)
+			a := produce(t, prod, data)
+			if _, err := prod.Publish(ctx, "frames", map[string]int{"i": i}, client.Attach("frame", a)); err != nil {
+				t.Fatal(err)
+			}
+			a.Close()
+			m, err := sub.Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i == frames-1 { // never viewed
+				m.Close()
+				break
+			}
+			fa, err := m.Artifact("frame")
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := fa.View(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(v.Bytes(), data) {
+				t.Fatalf("frame %d: other bytes", i)
+			}
+			v.Close()
+			fa.Close()
+			m.Close()
+		}
+		st := cons.Stats()
+		viewed := uint64(frames - 1)
+		if h.mode.String() == "pool" {
+			// Every View after a slot's first is a slice of its mapping.
+			// The others were opened ahead, and so perhaps was the unviewed
+			// last one.
+			if st.OpenedAhead+st.CachedViews != viewed || st.ArtifactOpens < st.OpenedAhead || st.ArtifactOpens > st.OpenedAhead+1 {
+				t.Fatalf("pool: %d served ahead, %d cached views (want %d in all), %d artifact.open",
+					st.OpenedAhead, st.CachedViews, viewed, st.ArtifactOpens)
+			}
+		} else if st.OpenedAhead != viewed || st.ArtifactOpens != frames {
+			t.Fatalf("files: %d views served ahead (want %d), %d artifact.open (want %d)", st.OpenedAhead, viewed, st.ArtifactOpens, frames)
+		}
+		sub.Close()
+		waitFor(t, "everything released", settled(h))
+	})
+}

@@ -50,24 +50,33 @@ func readMessage(t *testing.T, sub *client.Subscription) ([]byte, wire.ArtifactR
 	return b, a.Ref()
 }
 
+// frameTopic declares topic "frames" through a producer and subscribes a
+// consumer to it.
+func frameTopic(t *testing.T, h *harness) (*client.Client, *client.Subscription) {
+	t.Helper()
+	prod, cons := h.dial("producer"), h.dial("consumer")
+	if _, err := prod.DeclareTopic(ctxT(t), "frames", wire.RetainNone); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := cons.Subscribe(ctxT(t), "frames", client.Bounded())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prod, sub
+}
+
 // SealNoWait and a Publish attaching the artifact: published sealed, the
 // bytes arrive, and a seal that fails (a digest that cannot match) takes
 // the publish with it.
 func TestSealNoWaitThenPublish(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		prod, cons := h.dial("producer"), h.dial("consumer")
-		if _, err := prod.DeclareTopic(ctx, "frames", wire.RetainNone); err != nil {
-			t.Fatal(err)
-		}
-		sub, err := cons.Subscribe(ctx, "frames", client.Bounded())
-		if err != nil {
-			t.Fatal(err)
-		}
+		prod, sub := frameTopic(t, h)
 		for i := range 6 {
 			data := frameBytes(byte(i), 64<<10)
 			w := fill(t, prod, data)
 			var a *client.Artifact
+			var err error
 			if i%3 == 2 {
 				a, err = w.SealNoWaitWithDigest(strings.Repeat("0", 64))
 			} else {
@@ -157,14 +166,7 @@ func writableDescriptor(t *testing.T, h *harness) *os.File {
 func TestSealNoWaitAfterACopySeal(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		prod, cons := h.dial("producer"), h.dial("consumer")
-		if _, err := prod.DeclareTopic(ctx, "frames", wire.RetainNone); err != nil {
-			t.Fatal(err)
-		}
-		sub, err := cons.Subscribe(ctx, "frames", client.Bounded())
-		if err != nil {
-			t.Fatal(err)
-		}
+		prod, sub := frameTopic(t, h)
 		data := frameBytes(9, 64<<10)
 		w := fill(t, prod, data)
 		kept := writableDescriptor(t, h)
