@@ -6,6 +6,7 @@ import (
 	"github.com/flybus/flybus/store"
 	"io"
 	"slices"
+	"strings"
 )
 
 // Fill is how the producer fills a frame's staging file.
@@ -51,6 +52,23 @@ type Config struct {
 	// server's CPU per frame on the same schedule (measured elsewhere), for
 	// the "under 0.1x NATS" target. Absent counts are "not measured".
 	NATSRouterCPUPerFrameUs map[int]float64
+	// StalledSubscriber adds, after the schedules, two passes of the
+	// one-agent schedule with side traffic, the second with a bounded
+	// subscriber that never takes a message, and compares every agent's
+	// RPC p99 across them (see SideTraffic). It costs two more schedules.
+	StalledSubscriber bool
+	// SealWait has the producer wait for Seal's answer before it
+	// publishes; by default it seals with SealNoWait and publishes right
+	// behind it (one round trip for both), and the seal round trip is not
+	// measured apart.
+	SealWait bool
+	// NoAllocateAhead turns off the producer's client.Config.AllocateAhead
+	// (default 1: Allocate of the frame size returns a writer prepared in
+	// the background).
+	NoAllocateAhead bool
+	// RouterEnv adds KEY=VALUE variables to the router process's
+	// environment (GOMAXPROCS=1, say); process mode only.
+	RouterEnv []string
 
 	// rounds overrides the baselines' iteration counts (tests).
 	rounds *baselineRounds
@@ -93,6 +111,14 @@ func (c Config) validate() error {
 	}
 	if c.Fill != FillWrite && c.Fill != FillMap {
 		errs = append(errs, fmt.Errorf("fill must be %q or %q, not %q", FillWrite, FillMap, c.Fill))
+	}
+	for _, kv := range c.RouterEnv {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			errs = append(errs, fmt.Errorf("router environment %q is not KEY=VALUE", kv))
+		}
+	}
+	if c.Embedded && len(c.RouterEnv) > 0 {
+		errs = append(errs, errors.New("a router environment is for process mode; it makes no sense with embedded"))
 	}
 	if c.Embedded && c.Flybus != "" {
 		errs = append(errs, errors.New("a flybus binary is for process mode; it makes no sense with embedded"))

@@ -15,7 +15,7 @@ const drainTimeout = 10 * time.Second
 
 // drain waits until every consumer has closed the last published frame
 // and every agent the last call it was sent, then until the router tracks
-// no artifact. The collection lag runs from the latest of those closes
+// no artifact but the producer's prepared one. The collection lag runs from the latest of those closes
 // (and the producer's own) to the first stats reading with no artifact.
 // It returns the drained reading, taken with every client still connected.
 func (s *schedule) drain(ctx context.Context) (routerSample, bool) {
@@ -24,7 +24,7 @@ func (s *schedule) drain(ctx context.Context) (routerSample, bool) {
 	last, lastRelease := s.lastPublished, s.lastClose
 	agentLast := append([]int(nil), s.agentLast...)
 	s.mu.Unlock()
-	s.env.progress.phase("%s: draining", agentsName(s.agents))
+	s.env.progress.phase("%s: draining", s.env.name(s.agents))
 
 	for {
 		done := true
@@ -60,14 +60,18 @@ func (s *schedule) drain(ctx context.Context) (routerSample, bool) {
 		}
 		time.Sleep(drainPoll)
 	}
+	// The producer's allocation prepared ahead (AllocateAhead) is a staging
+	// artifact it holds until it closes; nothing else may be left.
+	prepared := int64(s.producer.Stats().PreparedWriters)
+	s.out.PreparedLive = prepared
 	var x routerSample
 	var err error
 	for {
 		x, err = s.env.host.stats().sample(ctx)
 		now := time.Now()
-		if err == nil && x.Artifacts == 0 {
+		if err == nil && int64(x.Artifacts) <= prepared {
 			s.out.CollectionLagNs = now.Sub(lastRelease)
-			return s.settle(ctx, x), true
+			return s.settle(ctx, x, prepared), true
 		}
 		if ctx.Err() != nil {
 			s.errs.add("drain", ctx.Err())
@@ -94,9 +98,9 @@ const settleTimeout = 200 * time.Millisecond
 // replies to the last consumes and releases may still be on their lanes
 // when the last artifact goes. It returns the last reading if that never
 // happens, so a leak shows.
-func (s *schedule) settle(ctx context.Context, x routerSample) routerSample {
+func (s *schedule) settle(ctx context.Context, x routerSample, prepared int64) routerSample {
 	deadline := time.Now().Add(settleTimeout)
-	for x.Queued != 0 || x.ArtifactRoots != 0 || x.StoreBytes != 0 || x.Artifacts != 0 {
+	for x.Queued != 0 || x.ArtifactRoots != 0 || int64(x.StoreBytes) > prepared*FrameBytes || int64(x.Artifacts) > prepared {
 		if time.Now().After(deadline) {
 			return x
 		}

@@ -27,6 +27,9 @@ func (h *Hist) Add(d time.Duration) {
 
 // Samples returns a copy of the samples in the order they were added.
 func (h *Hist) Samples() []time.Duration {
+	if h == nil {
+		return nil
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.samples)

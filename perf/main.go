@@ -32,6 +32,10 @@ type options struct {
 	json       string
 	cpuprofile string
 	nats       string
+	stalled    bool
+	sealWait   bool
+	noAhead    bool
+	routerEnv  envList
 	quiet      bool
 }
 
@@ -48,6 +52,13 @@ func flags(o *options) *flag.FlagSet {
 	fs.StringVar(&o.json, "json", "", "also write every figure and raw histogram as JSON to `FILE`")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the router during each schedule to `FILE`\n(several schedules: FILE gets .agentsN before its extension; embedded: the whole process)")
 	fs.StringVar(&o.nats, "nats-us-per-frame", "", "an embedded NATS server's CPU per frame on the same schedules, `AGENTS=US,...`\n(measured by bench/compare), for the router CPU target")
+	fs.BoolVar(&o.stalled, "stalled-subscriber", false, fmt.Sprintf("after the schedules, run the one-agent schedule twice more with a side topic and\n"+
+		"publisher, the second time with a bounded subscriber (queue %d) that never takes a message, and\n"+
+		"compare every agent's RPC p99 (target: within %.1fx); adds two schedules to the run", stalledQueued, isolationLimit))
+	fs.BoolVar(&o.sealWait, "seal-wait", false, "the producer waits for Seal's answer before it publishes (measures the seal round trip);\n"+
+		"default: SealNoWait with the publish right behind it, one round trip for both")
+	fs.BoolVar(&o.noAhead, "no-allocate-ahead", false, "the producer's Allocate makes its round trip every time\n(default: client.Config.AllocateAhead 1, a writer prepared in the background)")
+	fs.Var(&o.routerEnv, "router-env", "add `KEY=VALUE` to the router process's environment (repeatable; GOMAXPROCS=1, say)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress line on stderr")
 	return fs
 }
@@ -130,6 +141,16 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
+// envList collects a repeatable KEY=VALUE flag.
+type envList []string
+
+func (e *envList) String() string { return strings.Join(*e, " ") }
+
+func (e *envList) Set(v string) error {
+	*e = append(*e, v)
+	return nil
+}
+
 func usageError(stderr io.Writer, msg string) int {
 	fmt.Fprintf(stderr, "flybus perf: %s\n\n%s", msg, Usage())
 	return exitUsage
@@ -138,7 +159,8 @@ func usageError(stderr io.Writer, msg string) int {
 // config turns the flags into a Config and checks it.
 func (o *options) config() (Config, error) {
 	cfg := Config{Seconds: o.seconds, Fill: Fill(o.fill), Embedded: o.embedded, Flybus: o.flybus,
-		Store: o.store, CPUProfile: o.cpuprofile}
+		Store: o.store, CPUProfile: o.cpuprofile, StalledSubscriber: o.stalled, SealWait: o.sealWait, NoAllocateAhead: o.noAhead,
+		RouterEnv: o.routerEnv}
 	var err error
 	if cfg.StoreMode, err = store.ParseMode(o.storeMode); err != nil {
 		return Config{}, err

@@ -16,7 +16,7 @@ func TestMainHelp(t *testing.T) {
 		if !strings.HasPrefix(out.String(), "Usage: flybus perf") || errOut.Len() != 0 {
 			t.Fatalf("%s: stdout %q, stderr %q", arg, out.String(), errOut.String())
 		}
-		for _, flag := range []string{"--seconds", "--agents", "--fill", "--embedded", "--flybus", "--store", "--json", "--cpuprofile"} {
+		for _, flag := range []string{"--seconds", "--agents", "--fill", "--embedded", "--flybus", "--store", "--json", "--cpuprofile", "--stalled-subscriber"} {
 			if !strings.Contains(out.String(), flag) {
 				t.Errorf("help does not describe %s", flag)
 			}
@@ -50,12 +50,13 @@ func TestMainUsageErrors(t *testing.T) {
 }
 
 func TestOptionsConfig(t *testing.T) {
-	o := &options{seconds: 2, agents: "1, 3", fill: "map", nats: "1=120.5,3=300", storeMode: "pool"}
+	o := &options{seconds: 2, agents: "1, 3", fill: "map", nats: "1=120.5,3=300", storeMode: "pool", stalled: true}
 	cfg, err := o.config()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Seconds != 2 || len(cfg.Agents) != 2 || cfg.Agents[1] != 3 || cfg.Fill != FillMap || cfg.StoreMode != store.ModePool ||
+		!cfg.StalledSubscriber ||
 		cfg.NATSRouterCPUPerFrameUs[1] != 120.5 || cfg.NATSRouterCPUPerFrameUs[3] != 300 {
 		t.Fatalf("%+v", cfg)
 	}

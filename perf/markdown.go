@@ -43,6 +43,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	r.writeBaselines(&b)
 	r.writeFigures(&b)
 	r.writeTargets(&b)
+	r.writeIsolation(&b)
 	r.writeErrors(&b)
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -172,6 +173,12 @@ func (r *Report) writeFigures(b *strings.Builder) {
 			}
 			return c
 		}},
+		{"frame latency: fill start to every line touched, fast consumers (÷ the sum of its baselines, below)", "", func(s *Schedule) string {
+			return budgetCell(s.FrameLatency, s.FrameBudget)
+		}},
+		{"the sum of its baselines, ms: pwrite + k x paced one-hop ping-pong + touch (k: the round trips after the fill)", "", func(s *Schedule) string {
+			return s.FrameBudget.text()
+		}},
 		{"RPC round trip, call to result (÷ two-hop ping-pong)", rowRPC, func(s *Schedule) string { return latencyCell(s.RPC, pp.Two) }},
 		{"RPC round trip less the agent's handler (÷ two-hop ping-pong)", "", func(s *Schedule) string { return latencyCell(s.RPCNet, pp.Two) }},
 		{"allocate round trip (÷ ping-pong)", rowAllocate, func(s *Schedule) string { return latencyCell(s.Allocate, pp.One) }},
@@ -181,6 +188,9 @@ func (r *Report) writeFigures(b *strings.Builder) {
 			return fmt.Sprintf("%d / %d", s.LeaseSeals, s.CopySeals)
 		}},
 		{"publish admission (÷ ping-pong)", rowPublish, func(s *Schedule) string { return latencyCell(s.Publish, pp.One) }},
+		{"producer's critical path: Allocate returned to Publish answered (÷ ping-pong)", "", func(s *Schedule) string {
+			return latencyCell(s.CriticalPath, pp.One)
+		}},
 		{"delivery, before Publish to first byte, fast consumers (÷ two-hop ping-pong)", "", func(s *Schedule) string {
 			return latencyCell(s.DeliveryFast, pp.Two)
 		}},
@@ -281,7 +291,8 @@ func (r *Report) writeTargets(b *strings.Builder) {
 	if len(r.Schedules) == 0 {
 		return
 	}
-	b.WriteString("## Targets (docs/design.md)\n\nEach cell: p50 over the baseline's back-to-back p50 (the verdict), then over its p50 paced at 60 Hz.\n\n| target |")
+	b.WriteString("## Targets (docs/design.md)\n\nEach cell: the figure's p50 over the baseline's p50 measured as the target says " +
+		"(back to back, or paced at 60 Hz) and the verdict, then in parentheses the ratio to the other measurement, for comparison.\n\n| target |")
 	for _, s := range r.Schedules {
 		fmt.Fprintf(b, " %s |", agentsName(s.Agents))
 	}
@@ -309,12 +320,19 @@ func (r *Report) writeErrors(b *strings.Builder) {
 	for _, e := range r.Errors {
 		lines = append(lines, "- "+e)
 	}
-	for _, s := range r.Schedules {
+	for i, s := range r.allSchedules() {
+		name := agentsName(s.Agents)
+		if i >= len(r.Schedules) {
+			name = "isolation pass " + isolationPassName(s)
+		}
 		for _, e := range s.Errors {
-			lines = append(lines, fmt.Sprintf("- %s: %s", agentsName(s.Agents), e))
+			lines = append(lines, fmt.Sprintf("- %s: %s", name, e))
 		}
 		if more := s.ErrorCount - len(s.Errors); more > 0 {
-			lines = append(lines, fmt.Sprintf("- %s: and %d more", agentsName(s.Agents), more))
+			lines = append(lines, fmt.Sprintf("- %s: and %d more", name, more))
+		}
+		if !s.Drained && i >= len(r.Schedules) {
+			lines = append(lines, fmt.Sprintf("- %s: NOT drained", name))
 		}
 		if s.Profile != "" {
 			lines = append(lines, fmt.Sprintf("- %s: CPU profile written to %s", agentsName(s.Agents), s.Profile))
@@ -334,15 +352,79 @@ func targetCell(t Target) string {
 	if t.Met {
 		verdict = "met"
 	}
+	if t.Basis == BasisPaced {
+		cell := fmt.Sprintf("paced %.2fx: %s", t.PacedRatio, verdict)
+		if t.Ratio > 0 {
+			cell += fmt.Sprintf(" (back to back %.2fx)", t.Ratio)
+		}
+		return cell
+	}
 	cell := fmt.Sprintf("%.2fx: %s", t.Ratio, verdict)
 	if t.PacedRatio > 0 {
-		verdict = "NOT met"
-		if t.PacedMet {
-			verdict = "met"
-		}
-		cell += fmt.Sprintf("; paced %.2fx: %s", t.PacedRatio, verdict)
+		cell += fmt.Sprintf(" (paced %.2fx)", t.PacedRatio)
 	}
 	return cell
+}
+
+// budgetCell is latencyCell against a frame budget: the p50 over the sum
+// with the fill and touch back to back, then over the all-paced sum.
+func budgetCell(h *Hist, fb FrameBudget) string {
+	s := h.Summary()
+	if s.Count == 0 {
+		return "not measured"
+	}
+	cell := fmt.Sprintf("%s / %s / %s (%d", msText(s.P50), msText(s.P95), msText(s.P99), s.Count)
+	if fb.Measured {
+		cell += fmt.Sprintf("; %.2fx, paced %.2fx", float64(s.P50)/float64(fb.SumNs), float64(s.P50)/float64(fb.PacedSumNs))
+	}
+	return cell + ")"
+}
+
+func isolationPassName(s *Schedule) string {
+	if s.Side != nil && s.Side.Stalled {
+		return "with the stalled subscriber"
+	}
+	return "without the stalled subscriber"
+}
+
+// writeIsolation renders the stalled-subscriber comparison.
+func (r *Report) writeIsolation(b *strings.Builder) {
+	iso := r.Isolation
+	if iso == nil || iso.Without == nil || iso.With == nil {
+		return
+	}
+	fmt.Fprintf(b, "## Slow consumer isolation (one agent, two passes)\n\n"+
+		"The one-agent schedule twice more, one pass after the other, each with a side publisher posting a small message "+
+		"(no artifact) per frame slot to a topic of its own; the second pass adds a bounded subscriber of that topic "+
+		"(queue %d, %d in flight) that never takes a message. Each cell: p99 in ms. Target: every agent's RPC p99 "+
+		"with it within %.1fx of its p99 without it.\n\n"+
+		"| client | without | with | with ÷ without |\n| --- | --- | --- | --- |\n",
+		stalledQueued, stalledInFlight, isolationLimit)
+	for _, row := range iso.Rows {
+		cell := "—"
+		if row.Measured {
+			cell = fmt.Sprintf("%.2fx", row.Ratio)
+			if row.Limit > 0 {
+				verdict := "NOT met"
+				if row.Met {
+					verdict = "met"
+				}
+				cell += fmt.Sprintf(": %s (within %.1fx)", verdict, row.Limit)
+			}
+		} else if row.Limit > 0 {
+			cell = "NOT measured"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", row.Client, msText(time.Duration(row.WithoutP99Ns)),
+			msText(time.Duration(row.WithP99Ns)), cell)
+	}
+	side := func(s *Schedule) string {
+		if s.Side == nil {
+			return "—"
+		}
+		return fmt.Sprintf("%d / %d", s.Side.Admitted, s.Side.Refused)
+	}
+	fmt.Fprintf(b, "| side publisher: publications admitted / refused (BACKPRESSURE) | %s | %s | |\n", side(iso.Without), side(iso.With))
+	fmt.Fprintf(b, "| frames produced (late) | %d (%d) | %d (%d) | |\n\n", iso.Without.Frames, iso.Without.Late, iso.With.Frames, iso.With.Late)
 }
 
 // latencyCell is "p50 / p95 / p99 (n; ratio, paced ratio)" in ms; the

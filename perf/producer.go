@@ -3,6 +3,7 @@ package perf
 import (
 	"context"
 	"encoding/binary"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -55,6 +56,7 @@ func (s *schedule) frameOnce(ctx context.Context, seq int, payload []byte) ([]by
 		return payload, false
 	}
 	out.Allocate.Add(t1.Sub(t0))
+	s.fills.set(seq, t1)
 
 	frame := s.env.frame
 	binary.LittleEndian.PutUint64(frame, uint64(seq))
@@ -75,26 +77,42 @@ func (s *schedule) frameOnce(ctx context.Context, seq int, payload []byte) ([]by
 	}
 	out.Fill.Add(t2.Sub(t1))
 
-	a, err := w.Seal(ctx)
-	t3 := time.Now()
+	// Pipelined, the seal goes out and the publish right behind it: the
+	// publish's answer covers both, and no seal round trip is measured.
+	tp := t2
+	var a *client.Artifact
+	if s.env.path.sealWait {
+		a, err = w.Seal(ctx)
+		tp = time.Now()
+		if err == nil {
+			out.Seal.Add(tp.Sub(t2))
+		}
+	} else {
+		a, err = w.SealNoWait()
+	}
 	if err != nil {
 		s.errs.add("seal", err)
 		return payload, false
 	}
-	out.Seal.Add(t3.Sub(t2))
 
-	tp := time.Now()
 	payload = append(payload[:0], `{"seq":`...)
 	payload = strconv.AppendInt(payload, int64(seq), 10)
 	payload = append(payload, `,"t":`...)
 	payload = strconv.AppendInt(payload, tp.UnixNano(), 10)
 	payload = append(payload, '}')
 	_, err = s.producer.Publish(ctx, s.topic, wire.RawJSON(payload), client.Attach("frame", a))
+	answered := time.Now()
 	published := err == nil
 	if err != nil {
 		s.errs.add("publish", err)
 	} else {
-		out.Publish.Add(time.Since(tp))
+		out.Publish.Add(answered.Sub(tp))
+		out.CriticalPath.Add(answered.Sub(t1))
+		if s.env.path.sealWait {
+			s.ranPath(sealThenPublish)
+		} else {
+			s.ranPath(pipelinedSealPublish)
+		}
 	}
 
 	// The calls are admitted one after another from this goroutine, the
@@ -110,7 +128,7 @@ func (s *schedule) frameOnce(ctx context.Context, seq int, payload []byte) ([]by
 			s.errs.add("call", err)
 			continue
 		}
-		results.Go(func() { s.result(ctx, p, t0) })
+		results.Go(func() { s.result(ctx, i, p, t0) })
 	}
 	results.Wait()
 	a.Close()
@@ -118,6 +136,69 @@ func (s *schedule) frameOnce(ctx context.Context, seq int, payload []byte) ([]by
 	s.lastClose = time.Now()
 	s.mu.Unlock()
 	return payload, published
+}
+
+// The producer's paths, as ranPath records them. sealThenPublish is
+// today's: Seal, answered, then Publish. pipelinedSealPublish is a seal
+// sent without waiting for its answer and the publish right behind it,
+// one request as far as the frame's way is concerned; frameBudget counts
+// round trips from whichever ran.
+var (
+	sealThenPublish      = []string{"seal", "publish"}
+	pipelinedSealPublish = []string{"seal+publish"}
+)
+
+// producerPath is how the producer makes a frame (Config.SealWait,
+// Config.NoAllocateAhead).
+type producerPath struct {
+	sealWait      bool
+	allocateAhead int
+}
+
+func pathOf(cfg Config) producerPath {
+	p := producerPath{sealWait: cfg.SealWait, allocateAhead: 1}
+	if cfg.NoAllocateAhead {
+		p.allocateAhead = 0
+	}
+	return p
+}
+
+// ranPath records the requests the producer sent after its fill.
+func (s *schedule) ranPath(path []string) {
+	s.mu.Lock()
+	if s.out.ProducerPath == nil {
+		s.out.ProducerPath = slices.Clone(path)
+	}
+	s.mu.Unlock()
+}
+
+// fillStarts holds, per sequence number, when the producer began filling
+// the frame. The producer and the consumers all run in this process, so
+// the consumers read the same monotonic clock; the lock is what orders the
+// write before the reads (the socket in between is invisible to the race
+// detector).
+type fillStarts struct {
+	mu sync.Mutex
+	at []time.Time // indexed by seq
+}
+
+func newFillStarts(planned int) *fillStarts { return &fillStarts{at: make([]time.Time, planned+1)} }
+
+func (f *fillStarts) set(seq int, t time.Time) {
+	f.mu.Lock()
+	if seq >= 0 && seq < len(f.at) {
+		f.at[seq] = t
+	}
+	f.mu.Unlock()
+}
+
+func (f *fillStarts) get(seq int) (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if seq < 0 || seq >= len(f.at) || f.at[seq].IsZero() {
+		return time.Time{}, false
+	}
+	return f.at[seq], true
 }
 
 // call admits one agent call with the frame attached.
@@ -136,8 +217,8 @@ func (s *schedule) call(ctx context.Context, i int, ag *agent, seq int, a *clien
 }
 
 // result waits for a call's result and records its round trip, from the
-// start of Call (t0) to the result in hand.
-func (s *schedule) result(ctx context.Context, p *client.PendingCall, t0 time.Time) {
+// start of Call (t0) to the result in hand, for agent i.
+func (s *schedule) result(ctx context.Context, i int, p *client.PendingCall, t0 time.Time) {
 	res, err := p.Result(ctx)
 	rtt := time.Since(t0)
 	if err != nil {
@@ -147,6 +228,7 @@ func (s *schedule) result(ctx context.Context, p *client.PendingCall, t0 time.Ti
 	}
 	defer res.Close()
 	s.out.RPC.Add(rtt)
+	s.out.RPCByAgent[i].Add(rtt)
 	var r agentReply
 	if err := res.Decode(&r); err != nil {
 		s.errs.add("call outcome", err)

@@ -118,7 +118,7 @@ func (s *schedule) consume(ctx context.Context, c *consumer) {
 		// refuses use.
 		var p framePayload
 		derr := m.Decode(&p)
-		first, ok := s.access(ctx, c, m)
+		first, touched, ok := s.access(ctx, c, m)
 		closed := time.Now()
 		if derr != nil {
 			s.errs.add("consumer payload", derr)
@@ -127,6 +127,9 @@ func (s *schedule) consume(ctx context.Context, c *consumer) {
 				s.out.DeliverySlow.Add(time.Duration(first.UnixNano() - p.T))
 			} else {
 				s.out.DeliveryFast.Add(time.Duration(first.UnixNano() - p.T))
+				if start, found := s.fills.get(p.Seq); found {
+					s.out.FrameLatency.Add(touched.Sub(start))
+				}
 			}
 		}
 		c.mu.Lock()
@@ -141,14 +144,15 @@ func (s *schedule) consume(ctx context.Context, c *consumer) {
 
 // access reads every line of a message's frame through a view and closes
 // the view, the artifact and the message, timing it all but the slow
-// consumer's work. It returns when the first byte was read.
-func (s *schedule) access(ctx context.Context, c *consumer, m *client.Message) (first time.Time, ok bool) {
+// consumer's work. It returns when the first byte was read and when the
+// last line was.
+func (s *schedule) access(ctx context.Context, c *consumer, m *client.Message) (first, touched time.Time, ok bool) {
 	defer m.Close()
 	t0 := time.Now()
 	a, err := m.Artifact("frame")
 	if err != nil {
 		s.errs.add("consumer artifact", err)
-		return first, false
+		return first, touched, false
 	}
 	defer a.Close()
 	tv := time.Now()
@@ -156,13 +160,13 @@ func (s *schedule) access(ctx context.Context, c *consumer, m *client.Message) (
 	viewed := time.Since(tv)
 	if err != nil {
 		s.errs.add("consumer view", err)
-		return first, false
+		return first, touched, false
 	}
 	b := v.Bytes()
 	sum := b[0]
 	first = time.Now()
 	sum += touch(b[TouchStride:])
-	touched := time.Now()
+	touched = time.Now()
 	if c.slow {
 		time.Sleep(SlowConsumerDelay) // the slow consumer's work on the frame
 	}
@@ -174,9 +178,9 @@ func (s *schedule) access(ctx context.Context, c *consumer, m *client.Message) (
 	sinkByte.Add(uint32(sum))
 	if verr != nil {
 		s.errs.add("consumer view close", verr)
-		return first, false
+		return first, touched, false
 	}
 	s.out.Access.Add(touched.Sub(t0) + closed.Sub(t2))
 	s.out.View.Add(viewed)
-	return first, true
+	return first, touched, true
 }

@@ -21,6 +21,8 @@ type Report struct {
 	// every 10 ms, measured on the idle router before the first schedule.
 	SamplingCPU float64     `json:"samplingCpuCores"`
 	Schedules   []*Schedule `json:"schedules"`
+	// Isolation is the stalled-subscriber comparison (Config.StalledSubscriber).
+	Isolation *Isolation `json:"isolation,omitempty"`
 	// Errors are failures outside any schedule (starting or stopping the
 	// router, for one).
 	Errors []string `json:"errors,omitempty"`
@@ -83,6 +85,23 @@ type Schedule struct {
 	Access       *Hist `json:"consumerAccess"`        // View, touch every line, close view, artifact, message
 	View         *Hist `json:"consumerView"`          // the View call alone: artifact.open round trip, open, mmap
 	AgentAccess  *Hist `json:"agentAccess"`           // the agents' View, touch, close
+	// RPCByAgent is RPC split by the agent called, in agent order.
+	RPCByAgent []*Hist `json:"rpcByAgent"`
+	// CriticalPath runs from Allocate returning to Publish returning: the
+	// fill, the seal and the publish, what the producer waits for per frame.
+	CriticalPath *Hist `json:"producerCriticalPath"`
+	// FrameLatency runs from the producer starting to fill a frame (Allocate
+	// just returned) to a fast consumer having touched every line of it:
+	// one sample per frame and fast consumer.
+	FrameLatency *Hist `json:"frameLatencyFastConsumers"`
+	// ProducerPath lists the requests the producer sent after its fill, in
+	// order, each answered before the next was sent ("seal", "publish"):
+	// the frame budget counts its round trips from it.
+	ProducerPath []string `json:"producerPath"`
+	// FrameBudget is the sum of baselines FrameLatency is printed beside.
+	FrameBudget FrameBudget `json:"frameLatencyBudget"`
+	// Side is the isolation passes' side traffic; nil in other schedules.
+	Side *SideTraffic `json:"sideTraffic,omitempty"`
 
 	// Counter deltas over the schedule, from the router's stats.
 	Seals        uint64 `json:"seals"`
@@ -117,8 +136,11 @@ type Schedule struct {
 	QueuedLive     int64  `json:"queuedLive"`
 	ArtifactsPeak  int64  `json:"artifactsPeak"`
 	ArtifactsLive  int64  `json:"artifactsLive"`
-	StatsSamples   int    `json:"statsSamples"`
-	StatsErrors    int    `json:"statsErrors"`
+	// PreparedLive is how many of the live artifacts are the producer's
+	// allocations prepared ahead (AllocateAhead), held until it closes.
+	PreparedLive int64 `json:"preparedLive"`
+	StatsSamples int   `json:"statsSamples"`
+	StatsErrors  int   `json:"statsErrors"`
 
 	// CollectionLag runs from the last holder of the last frame letting go
 	// to the router tracking no artifact; Drained is false when that did
@@ -169,12 +191,21 @@ func (r *Report) Failed() bool {
 	if len(r.Errors) > 0 {
 		return true
 	}
-	for _, s := range r.Schedules {
+	for _, s := range r.allSchedules() {
 		if s.ErrorCount > 0 || !s.Drained {
 			return true
 		}
 	}
 	return false
+}
+
+// allSchedules is every schedule the run measured, the isolation passes last.
+func (r *Report) allSchedules() []*Schedule {
+	all := append([]*Schedule(nil), r.Schedules...)
+	if r.Isolation != nil {
+		all = append(all, r.Isolation.Without, r.Isolation.With)
+	}
+	return all
 }
 
 // WriteJSON writes the report, raw histograms included, as indented JSON.

@@ -52,9 +52,12 @@ type logLine struct {
 	StoreDir string `json:"storeDir"`
 }
 
-func startProcess(ctx context.Context, binary, storeRoot string, mode store.Mode, sock string) (*processRouter, error) {
+func startProcess(ctx context.Context, binary, storeRoot string, mode store.Mode, sock string, env []string) (*processRouter, error) {
 	cmd := exec.Command(binary, "serve", "--open", "--store", storeRoot, "--store-mode", mode.String(), "--listen", sock,
 		"--metrics", "127.0.0.1:0", "--log-format", "json")
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	// Its own process group, so a terminal's ^C reaches only the harness,
 	// which then stops the router in order; and SIGTERM if we die.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}

@@ -91,7 +91,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		env := scheduleEnv{host: host, sock: host.info().Socket, storeRoot: root, fill: cfg.Fill,
+		env := scheduleEnv{host: host, sock: host.info().Socket, storeRoot: root, fill: cfg.Fill, path: pathOf(cfg),
 			seconds: cfg.Seconds, index: i + 1, frame: frame, progress: prog, samplingCPU: rep.SamplingCPU}
 		if cfg.CPUProfile != "" {
 			env.profile = profileFile(cfg.CPUProfile, n, len(cfg.Agents) > 1)
@@ -100,10 +100,26 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			env.natsUs = &us
 		}
 		s := runSchedule(ctx, env, n)
-		s.Targets = checkTargetsFor(rep.Baselines, s, cfg.Fill, cfg.Embedded, cfg.StoreMode == store.ModePool)
+		judge(rep.Baselines, s, cfg)
 		rep.Schedules = append(rep.Schedules, s)
 	}
+	if cfg.StalledSubscriber && ctx.Err() == nil {
+		env := scheduleEnv{host: host, sock: host.info().Socket, storeRoot: root, fill: cfg.Fill, path: pathOf(cfg),
+			seconds: cfg.Seconds, frame: frame, progress: prog, samplingCPU: rep.SamplingCPU}
+		if rep.Isolation = runIsolation(ctx, env, len(cfg.Agents)+1); rep.Isolation != nil {
+			judge(rep.Baselines, rep.Isolation.Without, cfg)
+			judge(rep.Baselines, rep.Isolation.With, cfg)
+		}
+	}
 	return rep, ctx.Err()
+}
+
+// judge adds what is computed from a schedule's figures and the run's
+// baselines: its targets and its frame-latency budget.
+func judge(b *Baselines, s *Schedule, cfg Config) {
+	pool := cfg.StoreMode == store.ModePool
+	s.Targets = checkTargetsFor(b, s, cfg.Fill, cfg.Embedded, pool)
+	s.FrameBudget = frameBudget(b, s, cfg.Embedded, pool)
 }
 
 // storeRoot prepares the store root: the given directory (created if
@@ -143,7 +159,7 @@ func startRouter(ctx context.Context, cfg Config, root, tmp string, inf *Router)
 	if err != nil {
 		return nil, err
 	}
-	p, err := startProcess(ctx, bin, root, cfg.StoreMode, sock)
+	p, err := startProcess(ctx, bin, root, cfg.StoreMode, sock, cfg.RouterEnv)
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ type scheduleEnv struct {
 	sock      string
 	storeRoot string
 	fill      Fill
+	path      producerPath
 	seconds   float64
 	index     int    // the schedule's number in the run, for unique names
 	frame     []byte // the producer's source image (the schedule stamps it)
@@ -29,6 +30,18 @@ type scheduleEnv struct {
 	// samplingCPU is what the stats sampling alone costs the router, in
 	// cores, taken off its CPU for the net figures.
 	samplingCPU float64
+	// label names the schedule in progress lines; empty: its agent count.
+	label string
+	// side adds the isolation passes' side traffic; nil for none.
+	side *sidePlan
+}
+
+// name is how progress lines call the schedule.
+func (e scheduleEnv) name(agents int) string {
+	if e.label != "" {
+		return e.label
+	}
+	return agentsName(agents)
 }
 
 // schedule is one agent count's run: the clients, their loops and the
@@ -44,6 +57,8 @@ type schedule struct {
 	cons     []*consumer
 	agts     []*agent
 	clients  []*client.Client
+	fills    *fillStarts  // when each frame's fill began, for the frame latency
+	side     *sideClients // nil without side traffic
 
 	mu            sync.Mutex // guards out.Frames, out.Late and the fields below
 	lastPublished int        // sequence number of the last frame published
@@ -54,7 +69,7 @@ type schedule struct {
 func runSchedule(ctx context.Context, env scheduleEnv, agents int) *Schedule {
 	planned := frames(env.seconds)
 	s := &schedule{env: env, agents: agents, topic: fmt.Sprintf("perf.frames.s%d", env.index),
-		agentLast: make([]int, agents)}
+		agentLast: make([]int, agents), fills: newFillStarts(planned)}
 	s.out = newFigures(agents, planned, env.natsUs)
 	defer func() {
 		s.out.ErrorCount, s.out.Errors = s.errs.summary()
@@ -89,9 +104,14 @@ func runSchedule(ctx context.Context, env scheduleEnv, agents int) *Schedule {
 // newFigures makes a schedule's figures with room for every sample.
 func newFigures(agents, planned int, natsUs *float64) *Schedule {
 	calls := agents * planned
+	byAgent := make([]*Hist, agents)
+	for i := range byAgent {
+		byAgent[i] = newHist(planned)
+	}
 	return &Schedule{Agents: agents, Planned: planned, NATSRouterCPUPerFrameUs: natsUs,
-		RPC: newHist(calls), RPCNet: newHist(calls), AgentAccess: newHist(calls),
+		RPC: newHist(calls), RPCNet: newHist(calls), AgentAccess: newHist(calls), RPCByAgent: byAgent,
 		Allocate: newHist(planned), Fill: newHist(planned), Seal: newHist(planned), Publish: newHist(planned),
+		CriticalPath: newHist(planned), FrameLatency: newHist((Consumers - 1) * planned),
 		DeliveryFast: newHist((Consumers - 1) * planned), DeliverySlow: newHist(planned),
 		Access: newHist(Consumers * planned), View: newHist(Consumers * planned)}
 }
@@ -99,8 +119,11 @@ func newFigures(agents, planned int, natsUs *float64) *Schedule {
 // connect opens every client: one producer, three consumers, the agents.
 func (s *schedule) connect(ctx context.Context) error {
 	dial := func(role string) (*client.Client, error) {
-		c, err := client.ConnectUnix(ctx, s.env.sock, client.Config{
-			ClientID: fmt.Sprintf("perf-s%d-%s", s.env.index, role), StoreRoot: s.env.storeRoot})
+		cfg := client.Config{ClientID: fmt.Sprintf("perf-s%d-%s", s.env.index, role), StoreRoot: s.env.storeRoot}
+		if role == "producer" {
+			cfg.AllocateAhead = s.env.path.allocateAhead
+		}
+		c, err := client.ConnectUnix(ctx, s.env.sock, cfg)
 		if err == nil {
 			s.clients = append(s.clients, c)
 		}
@@ -135,6 +158,9 @@ func (s *schedule) connect(ctx context.Context) error {
 			return fmt.Errorf("register %s: %w", name, err)
 		}
 		s.agts = append(s.agts, &agent{svc: svc, name: name})
+	}
+	if s.env.side != nil {
+		return s.connectSide(ctx, dial)
 	}
 	return nil
 }
@@ -171,10 +197,12 @@ func (s *schedule) measure(ctx context.Context, planned int) {
 		s.mu.Unlock()
 		cur := smp.current()
 		return fmt.Sprintf("%s: frame %d/%d, late %d, roots %d, store %s, errors %d",
-			agentsName(s.agents), produced, planned, late, cur.ArtifactRoots, mb(cur.StoreBytes), s.errs.count())
+			s.env.name(s.agents), produced, planned, late, cur.ArtifactRoots, mb(cur.StoreBytes), s.errs.count())
 	})
 
+	stopSide := s.startSide(ctx)
 	s.produce(ctx, planned)
+	stopSide()
 	live, drained := s.drain(ctx)
 	if !drained {
 		// Read what is left even when interrupted, so that a leak shows.

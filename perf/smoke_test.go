@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +23,7 @@ func TestSmoke(t *testing.T) {
 		t.Skip("set FLYBUS_PERF_SMOKE=1 or build with -tags perfsmoke")
 	}
 	t.Run("Embedded", func(t *testing.T) {
-		smoke(t, Config{Embedded: true})
+		smoke(t, Config{Embedded: true, StalledSubscriber: true, SealWait: true})
 	})
 	t.Run("EmbeddedPool", func(t *testing.T) {
 		smoke(t, Config{Embedded: true, StoreMode: store.ModePool})
@@ -63,7 +64,7 @@ func smoke(t *testing.T, cfg Config) {
 		t.Fatal(err)
 	}
 	defer func() {
-		if t.Failed() {
+		if t.Failed() || testing.Verbose() {
 			t.Logf("report:\n%s", md.String())
 		}
 	}()
@@ -74,6 +75,36 @@ func smoke(t *testing.T, cfg Config) {
 		t.Fatalf("%d schedules", len(rep.Schedules))
 	}
 	s := rep.Schedules[0]
+	checkSmokeSchedule(t, s)
+	if st, err := os.Stat(s.Profile); err != nil || st.Size() == 0 {
+		t.Errorf("CPU profile %q: %v", s.Profile, err)
+	}
+	if cfg.StalledSubscriber {
+		checkSmokeIsolation(t, rep.Isolation)
+	} else if rep.Isolation != nil {
+		t.Error("isolation passes nobody asked for")
+	}
+	// Every figure is present: only the NATS target may say so, and,
+	// when the seal is pipelined, the seal row and its target.
+	want := 1
+	if !cfg.SealWait {
+		want = 3
+	}
+	if n := strings.Count(md.String(), "not measured"); n != want {
+		t.Errorf("%d figures not measured, want %d", n, want)
+	}
+	if !cfg.Embedded && rep.Router.ExitStatus != 0 {
+		t.Errorf("the router exited with status %d", rep.Router.ExitStatus)
+	}
+	if _, err := os.Stat(rep.Router.StoreDir); !os.IsNotExist(err) {
+		t.Errorf("the router's store directory %s survived: %v", rep.Router.StoreDir, err)
+	}
+}
+
+// checkSmokeSchedule checks that a schedule measured every figure and
+// ended clean.
+func checkSmokeSchedule(t *testing.T, s *Schedule) {
+	t.Helper()
 	if s.ErrorCount > 0 {
 		t.Errorf("%d errors: %v", s.ErrorCount, s.Errors)
 	}
@@ -82,17 +113,31 @@ func smoke(t *testing.T, cfg Config) {
 	}
 	for name, h := range map[string]*Hist{"rpc": s.RPC, "rpcNet": s.RPCNet, "allocate": s.Allocate, "fill": s.Fill,
 		"seal": s.Seal, "publish": s.Publish, "deliveryFast": s.DeliveryFast, "deliverySlow": s.DeliverySlow,
-		"access": s.Access, "view": s.View, "agentAccess": s.AgentAccess} {
+		"access": s.Access, "view": s.View, "agentAccess": s.AgentAccess, "criticalPath": s.CriticalPath,
+		"frameLatency": s.FrameLatency, "rpcAgent1": s.RPCByAgent[0]} {
+		pipelined := !slices.Equal(s.ProducerPath, sealThenPublish)
+		if name == "seal" && pipelined {
+			continue // no seal round trip of its own
+		}
 		if h.Summary().Count == 0 {
 			t.Errorf("no %s samples", name)
 		}
 	}
+	// Every fast consumer's frame latency is recorded with its delivery.
+	if f, d := s.FrameLatency.Summary().Count, s.DeliveryFast.Summary().Count; f != d {
+		t.Errorf("%d frame latencies for %d fast deliveries", f, d)
+	}
+	if !s.FrameBudget.Measured || s.FrameBudget.RoundTrips < 1 {
+		t.Errorf("frame budget %+v", s.FrameBudget)
+	}
 	if s.Seals == 0 || s.LeaseSeals+s.CopySeals != s.Seals || s.Publications == 0 {
 		t.Errorf("seals %d (lease %d, copy %d), publications %d", s.Seals, s.LeaseSeals, s.CopySeals, s.Publications)
 	}
-	if !s.Drained || s.ArtifactsLive != 0 || s.RootsLive != 0 || s.StoreBytesLive != 0 || s.QueuedLive != 0 {
-		t.Errorf("not drained: artifacts %d, roots %d, store bytes %d, queued %d",
-			s.ArtifactsLive, s.RootsLive, s.StoreBytesLive, s.QueuedLive)
+	// Left: the producer's allocation prepared ahead, and nothing else.
+	if !s.Drained || s.ArtifactsLive != s.PreparedLive || s.RootsLive != 0 || s.StoreBytesLive != uint64(s.PreparedLive)*FrameBytes ||
+		s.QueuedLive != 0 || s.PreparedLive > 1 {
+		t.Errorf("not drained: artifacts %d (%d prepared ahead), roots %d, store bytes %d, queued %d",
+			s.ArtifactsLive, s.PreparedLive, s.RootsLive, s.StoreBytesLive, s.QueuedLive)
 	}
 	if s.StatsSamples == 0 || s.RootsPeak == 0 || s.StoreBytesPeak == 0 {
 		t.Errorf("sampling saw nothing: %d samples, roots peak %d, store peak %d", s.StatsSamples, s.RootsPeak, s.StoreBytesPeak)
@@ -108,26 +153,38 @@ func smoke(t *testing.T, cfg Config) {
 	if s.RouterCPU.Err != "" || s.HarnessCPU.Err != "" || s.Memory.Err != "" || s.Memory.After.RSS == 0 {
 		t.Errorf("CPU or memory not measured: %+v %+v %+v", s.RouterCPU, s.HarnessCPU, s.Memory)
 	}
-	if len(s.Targets) != 7 {
+	if len(s.Targets) != 9 {
 		t.Errorf("%d targets", len(s.Targets))
 	}
-	if st, err := os.Stat(s.Profile); err != nil || st.Size() == 0 {
-		t.Errorf("CPU profile %q: %v", s.Profile, err)
+}
+
+// checkSmokeIsolation checks the stalled-subscriber passes: both clean, the
+// stalled subscriber's queue filled and the side publisher refused after.
+func checkSmokeIsolation(t *testing.T, iso *Isolation) {
+	t.Helper()
+	if iso == nil {
+		t.Fatal("no isolation passes")
 	}
-	// Every figure is present: only the NATS target may say so.
-	if n := strings.Count(md.String(), "not measured"); n != 1 {
-		t.Errorf("%d figures not measured", n)
+	for _, s := range []*Schedule{iso.Without, iso.With} {
+		checkSmokeSchedule(t, s)
+		if s.Side == nil || s.Side.Admitted == 0 {
+			t.Fatalf("side traffic %+v", s.Side)
+		}
 	}
-	if !cfg.Embedded && rep.Router.ExitStatus != 0 {
-		t.Errorf("the router exited with status %d", rep.Router.ExitStatus)
+	if w := iso.Without.Side; w.Stalled || w.Refused != 0 {
+		t.Errorf("without the stalled subscriber: %+v", w)
 	}
-	if _, err := os.Stat(rep.Router.StoreDir); !os.IsNotExist(err) {
-		t.Errorf("the router's store directory %s survived: %v", rep.Router.StoreDir, err)
+	// Admitted: what its credit and queue hold, and nothing after.
+	if w := iso.With.Side; !w.Stalled || w.Refused == 0 || w.Admitted > stalledQueued+stalledInFlight {
+		t.Errorf("with the stalled subscriber: %+v", w)
+	}
+	if len(iso.Rows) == 0 || !iso.Rows[0].Measured || iso.Rows[0].Limit == 0 {
+		t.Errorf("isolation rows %+v", iso.Rows)
 	}
 }
 
 // smokeStore is a store root on /dev/shm when there is one.
-func smokeStore(t *testing.T) string {
+func smokeStore(t testing.TB) string {
 	base := ""
 	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
 		base = "/dev/shm"
