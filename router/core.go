@@ -44,6 +44,16 @@ type core struct {
 	stats counters
 	buf   []byte // scratch for encoding reply and notice bodies
 
+	// scratch holds bodies and lists a handler passes on as wire.Body or
+	// encodes at once: a literal's address would move to the heap every
+	// time. Replies are encoded before the step ends (pushControl copies).
+	scratch struct {
+		msg      wire.TopicMessage
+		pubOK    wire.PublishOK
+		released wire.Released
+		atts     []wire.Attachment
+	}
+
 	// lastViolation is the reason of the latest protocol close, for the
 	// shell's log line; the shell reads it in the step that closed.
 	lastViolation string
@@ -297,7 +307,7 @@ func (k *core) pushControl(c *conn, kind wire.EnvKind, op wire.Op, replyTo wire.
 		return
 	}
 	c.control = append(c.control, outItem{kind: kind, op: op, replyTo: replyTo,
-		body: append([]byte(nil), body...), closeAfter: last})
+		body: append(c.takeBody(), body...), closeAfter: last})
 	c.controlBytes += cost
 	k.markDirty(c)
 }

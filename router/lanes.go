@@ -48,6 +48,36 @@ type conn struct {
 	dlvs         map[wire.DeliveryID]dlvRef
 	caps         map[wire.DeliveryID]*call // reply capabilities by request delivery
 	closeWritten bool
+	// bodyFree holds reply and notice buffers already written, for the
+	// next ones: a steady stream of replies allocates nothing.
+	bodyFree [][]byte
+}
+
+// Spare control bodies are kept up to these bounds; a larger body is left
+// to the collector.
+const (
+	maxFreeBodies = 32
+	maxFreeBody   = 4 << 10
+)
+
+// takeBody returns an empty buffer for a control body.
+func (c *conn) takeBody() []byte {
+	if n := len(c.bodyFree); n > 0 {
+		b := c.bodyFree[n-1]
+		c.bodyFree[n-1] = nil
+		c.bodyFree = c.bodyFree[:n-1]
+		return b
+	}
+	return nil
+}
+
+// recycle takes back the control bodies of frames its writer has encoded.
+func (c *conn) recycle(bodies [][]byte) {
+	for _, b := range bodies {
+		if cap(b) <= maxFreeBody && len(c.bodyFree) < maxFreeBodies {
+			c.bodyFree = append(c.bodyFree, b[:0])
+		}
+	}
 }
 
 // dlvRef is what a delivery id of this connection roots.
@@ -99,6 +129,19 @@ type frame struct {
 }
 
 const topicStarve = 16
+
+// popFront takes the head of a queue of at most a few dozen entries. It
+// shifts the rest down rather than reslicing past the head, so the queue
+// keeps its array: a steady push-then-pop allocates nothing.
+func popFront[T any](q *[]T) T {
+	s := *q
+	head := s[0]
+	n := copy(s, s[1:])
+	var zero T
+	s[n] = zero
+	*q = s[:n]
+	return head
+}
 
 // deliveryID is the delivery a frame carries, for rewriting attachment
 // owners.
@@ -189,9 +232,7 @@ func (k *core) nextResult(c *conn) (frame, bool) {
 	if len(c.results) == 0 {
 		return frame{}, false
 	}
-	cl := c.results[0]
-	c.results[0] = nil
-	c.results = c.results[1:]
+	cl := popFront(&c.results)
 	d := wire.DeliveryID(c.dlvNext)
 	c.dlvNext++
 	cl.resDlv = d
@@ -215,9 +256,7 @@ func (k *core) nextRequest(c *conn) (frame, bool) {
 			continue
 		}
 		c.rr = (c.rr + i + 1) % n
-		cl := s.queue[0]
-		s.queue[0] = nil
-		s.queue = s.queue[1:]
+		cl := popFront(&s.queue)
 		d := wire.DeliveryID(c.dlvNext)
 		c.dlvNext++
 		cl.state, cl.reqDlv = callDispatched, d

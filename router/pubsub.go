@@ -247,9 +247,11 @@ func (k *core) opPublish(c *conn, env *wire.Envelope) *wire.BusError {
 	if t == nil {
 		return wire.NewError(wire.ErrNoTopic, 0, "no topic %s", b.Topic)
 	}
-	msgBody := wire.TopicMessage{DeliveryID: maxSerial, SubscriptionID: maxSerial, Topic: t.name,
+	msgBody := &k.scratch.msg // a body passed as wire.Body would escape: one per step serves
+	*msgBody = wire.TopicMessage{DeliveryID: maxSerial, SubscriptionID: maxSerial, Topic: t.name,
 		TopicIncarnation: t.inc, TopicSequence: maxSerial, Replaced: maxSerial, Payload: b.Payload}
-	size := deliverySize(&k.buf, wire.OpTopicMessage, &msgBody, env.Attachments)
+	size := k.deliverySize(wire.OpTopicMessage, msgBody, env.Attachments)
+	*msgBody = wire.TopicMessage{}
 	if size > wire.MaxEnvelopeBytes {
 		return wire.NewError(wire.ErrInvalidEnvelope, 0, "the topic.message delivery would be %d bytes, over 65536", size)
 	}
@@ -292,7 +294,8 @@ func (k *core) opPublish(c *conn, env *wire.Envelope) *wire.BusError {
 		// Nobody holds it: admitted, sequenced, and gone.
 		t.seq++
 		k.stats.publications++
-		k.reply(c, env, &wire.PublishOK{TopicSequence: t.seq})
+		k.scratch.pubOK = wire.PublishOK{TopicSequence: t.seq}
+		k.reply(c, env, &k.scratch.pubOK)
 		return nil
 	}
 	t.seq++
@@ -310,7 +313,8 @@ func (k *core) opPublish(c *conn, env *wire.Envelope) *wire.BusError {
 		k.setRetained(t, m)
 	}
 	k.stats.publications++
-	k.reply(c, env, &wire.PublishOK{TopicSequence: t.seq, Subscribers: uint64(len(t.subs)), Replaced: replaced})
+	k.scratch.pubOK = wire.PublishOK{TopicSequence: t.seq, Subscribers: uint64(len(t.subs)), Replaced: replaced}
+	k.reply(c, env, &k.scratch.pubOK)
 	return nil
 }
 
@@ -358,9 +362,7 @@ func (k *core) nextTopicMessage(c *conn) (frame, bool) {
 			continue
 		}
 		c.subRR = (c.subRR + i + 1) % n
-		m := s.queue[0]
-		s.queue[0] = nil
-		s.queue = s.queue[1:]
+		m := popFront(&s.queue)
 		if s.mode == wire.ModeBounded {
 			c.queuedBytes -= m.size
 		}

@@ -185,7 +185,7 @@ func (k *core) opCall(c *conn, env *wire.Envelope) *wire.BusError {
 	}
 	req := wire.Request{DeliveryID: maxSerial, CallID: b.CallID, Caller: c.ident, Target: s.name,
 		ServiceIncarnation: s.inc, Method: b.Method, Payload: b.Payload}
-	if n := deliverySize(&k.buf, wire.OpRPCRequest, &req, env.Attachments); n > wire.MaxEnvelopeBytes {
+	if n := k.deliverySize(wire.OpRPCRequest, &req, env.Attachments); n > wire.MaxEnvelopeBytes {
 		return wire.NewError(wire.ErrInvalidEnvelope, 0, "the request delivery would be %d bytes, over 65536", n)
 	}
 	arts, aerr := k.checkAttachments(c, env.Attachments)
@@ -208,17 +208,18 @@ func (k *core) opCall(c *conn, env *wire.Envelope) *wire.BusError {
 
 // deliverySize encodes a delivery with the longest router-added ids and
 // returns its length: what the router would have to send must fit too.
-func deliverySize(buf *[]byte, op wire.Op, body wire.Body, atts []wire.Attachment) int {
+func (k *core) deliverySize(op wire.Op, body wire.Body, atts []wire.Attachment) int {
 	if len(atts) > 0 {
-		long := make([]wire.Attachment, len(atts))
-		for i, a := range atts {
+		long := k.scratch.atts[:0]
+		for _, a := range atts {
 			a.OwnerID = wire.OwnerID{Delivery: true, N: maxSerial}
-			long[i] = a
+			long = append(long, a)
 		}
-		atts = long
+		k.scratch.atts, atts = long, long
 	}
-	*buf = wire.AppendEnvelope((*buf)[:0], wire.Header{ID: maxSerial, Kind: wire.KindDelivery, Op: op}, body, atts)
-	return len(*buf)
+	k.buf = wire.AppendEnvelope(k.buf[:0], wire.Header{ID: maxSerial, Kind: wire.KindDelivery, Op: op}, body, atts)
+	clear(k.scratch.atts)
+	return len(k.buf)
 }
 
 func (k *core) opReply(c *conn, env *wire.Envelope) *wire.BusError {
@@ -246,7 +247,7 @@ func (k *core) opReply(c *conn, env *wire.Envelope) *wire.BusError {
 	}
 	res := wire.Result{DeliveryID: maxSerial, CallID: cl.id, Responder: c.ident,
 		ServiceIncarnation: cl.svc.inc, Outcome: b.Outcome}
-	if n := deliverySize(&k.buf, wire.OpRPCResult, &res, env.Attachments); n > wire.MaxEnvelopeBytes {
+	if n := k.deliverySize(wire.OpRPCResult, &res, env.Attachments); n > wire.MaxEnvelopeBytes {
 		return wire.NewError(wire.ErrInvalidEnvelope, 0, "the result delivery would be %d bytes, over 65536", n)
 	}
 	if !caller.hasRoom(1, k.limits.MaxOwnersPerClient) {
@@ -341,7 +342,8 @@ func (k *core) opConsumed(c *conn, env *wire.Envelope) *wire.BusError {
 			n++
 		}
 	}
-	k.reply(c, env, &wire.Released{Released: n})
+	k.scratch.released = wire.Released{Released: n}
+	k.reply(c, env, &k.scratch.released)
 	return nil
 }
 

@@ -28,6 +28,7 @@ type shell struct {
 	frames  []frame
 	buf     []byte
 	atts    []wire.Attachment
+	spent   [][]byte // control bodies encoded since the last pull, handed back at the next
 }
 
 // closeGrace bounds how long a writer keeps trying to deliver the final
@@ -241,6 +242,7 @@ func (sh *shell) writeDirect() {
 			sh.wake()
 			return
 		}
+		sh.giveBack()
 		sh.frames = r.core.pull(sh.c, sh.frames[:0])
 		if len(sh.frames) == 0 {
 			sh.writing = false
@@ -293,9 +295,20 @@ func (sh *shell) encode() (last bool) {
 			sh.r.cfg.Logger.Error("dropping oversized frame", "op", f.hdr.Op, "err", err)
 		}
 		last = last || f.closeAfter
+		if f.raw != nil {
+			sh.spent = append(sh.spent, f.raw)
+		}
 		sh.frames[i] = frame{}
 	}
 	return last
+}
+
+// giveBack returns the encoded control bodies to the connection. Called
+// with the router lock and the write token held.
+func (sh *shell) giveBack() {
+	sh.c.recycle(sh.spent)
+	clear(sh.spent)
+	sh.spent = sh.spent[:0]
 }
 
 // writeLoop is the connection's blocking writer: it takes the token when it
@@ -329,6 +342,7 @@ func (sh *shell) writeLoop() {
 			if wrote {
 				r.core.stats.writerWrites++
 			}
+			sh.giveBack()
 			sh.frames = r.core.pull(sh.c, sh.frames[:0])
 			closing, gone := sh.c.closing, sh.c.gone
 			if len(sh.frames) == 0 {

@@ -21,7 +21,7 @@ func tryWriterOf(nc net.Conn) tryWriter {
 	}
 	if sc, ok := nc.(syscall.Conn); ok {
 		if rc, err := sc.SyscallConn(); err == nil {
-			return rawTryWriter{rc}
+			return newRawTryWriter(rc)
 		}
 	}
 	return nil
@@ -31,15 +31,34 @@ func tryWriterOf(nc net.Conn) tryWriter {
 // keeps sockets non-blocking, so a full buffer answers EAGAIN at once
 // instead of parking the goroutine; RawConn.Write still serializes it
 // with the connection's other writes and fails once the socket is closed.
-type rawTryWriter struct{ rc syscall.RawConn }
+// Only the holder of the connection's write token calls it, so the
+// callback and its results live in the struct: a closure per write would
+// allocate.
+type rawTryWriter struct {
+	rc  syscall.RawConn
+	fn  func(fd uintptr) bool // w.write, bound once
+	p   []byte
+	n   int
+	err error
+}
 
-func (w rawTryWriter) TryWrite(p []byte) (int, error) {
-	var n int
-	var err error
-	if werr := w.rc.Write(func(fd uintptr) bool {
-		n, err = syscall.Write(int(fd), p)
-		return true // one attempt, whatever it did
-	}); werr != nil {
+func newRawTryWriter(rc syscall.RawConn) *rawTryWriter {
+	w := &rawTryWriter{rc: rc}
+	w.fn = w.write
+	return w
+}
+
+func (w *rawTryWriter) write(fd uintptr) bool {
+	w.n, w.err = syscall.Write(int(fd), w.p)
+	return true // one attempt, whatever it did
+}
+
+func (w *rawTryWriter) TryWrite(p []byte) (int, error) {
+	w.p, w.n, w.err = p, 0, nil
+	werr := w.rc.Write(w.fn)
+	n, err := w.n, w.err
+	w.p = nil
+	if werr != nil {
 		return 0, werr
 	}
 	if n < 0 {

@@ -677,7 +677,7 @@ func (r *RefOwner) decodeJSON(d *Decoder, ti uint32, ctx string) error {
 	for f.next() {
 		switch string(f.key) {
 		case "ref":
-			err = r.Ref.decodeJSON(d, f.val, ctx+".ref")
+			err = r.Ref.decodeJSON(d, f.val, d.path(ctx, ".ref"))
 			f.mark(0)
 		case "ownerId":
 			r.OwnerID, err = f.owner()

@@ -15,6 +15,28 @@ type Decoder struct {
 	scratch []byte
 	names   map[string]string
 	nameLen int
+	paths   map[pathKey]string // see path
+}
+
+// pathKey is a nested body's context: its parent's and its own name.
+type pathKey struct{ ctx, suffix string }
+
+// path names a nested body for its errors. The names are few and fixed,
+// so they are built once per decoder instead of concatenated on every
+// decode; past the bound (a context built from input) it concatenates.
+func (d *Decoder) path(ctx, suffix string) string {
+	k := pathKey{ctx, suffix}
+	if p, ok := d.paths[k]; ok {
+		return p
+	}
+	p := ctx + suffix
+	if d.paths == nil {
+		d.paths = map[pathKey]string{}
+	}
+	if len(d.paths) < 256 {
+		d.paths[k] = p
+	}
+	return p
 }
 
 // Interning is bounded so that a peer sending endless fresh names costs

@@ -30,7 +30,7 @@ func (r *Request) decodeJSON(d *Decoder, ti uint32, ctx string) error {
 			r.CallID = CallID(v)
 			f.mark(1)
 		case "caller":
-			err = r.Caller.decodeJSON(d, f.val, ctx+".caller")
+			err = r.Caller.decodeJSON(d, f.val, d.path(ctx, ".caller"))
 			f.mark(2)
 		case "target":
 			r.Target, err = f.name()
@@ -99,7 +99,7 @@ func (r *Result) decodeJSON(d *Decoder, ti uint32, ctx string) error {
 			r.CallID = CallID(v)
 			f.mark(1)
 		case "responder":
-			err = r.Responder.decodeJSON(d, f.val, ctx+".responder")
+			err = r.Responder.decodeJSON(d, f.val, d.path(ctx, ".responder"))
 			f.mark(2)
 		case "serviceIncarnation":
 			v, err = f.serial(FamSvc)

@@ -85,7 +85,7 @@ var errorBitNames = []string{10: "code", 11: "message", 12: "dispatch"}
 // error as the first result. The second result reports a malformed reply.
 func (e *Envelope) DecodeReply(v Body) (*BusError, error) {
 	d := e.dec
-	f, err := d.object(e.body, e.Op.String()+" reply")
+	f, err := d.object(e.body, d.path(e.Op.String(), " reply"))
 	if err != nil {
 		return nil, err
 	}
@@ -115,12 +115,12 @@ func (e *Envelope) DecodeReply(v Body) (*BusError, error) {
 		if f.seen != 3 {
 			return nil, bodyErr(f.ctx, "", "ok:true needs exactly ok and value")
 		}
-		return nil, v.decodeJSON(d, valTok, f.ctx+" value")
+		return nil, v.decodeJSON(d, valTok, d.path(f.ctx, " value"))
 	}
 	if f.seen != 5 {
 		return nil, bodyErr(f.ctx, "", "ok:false needs exactly ok and error")
 	}
-	ef, err := d.object(errTok, f.ctx+" error")
+	ef, err := d.object(errTok, d.path(f.ctx, " error"))
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +181,7 @@ func (h *HelloOK) decodeJSON(d *Decoder, ti uint32, ctx string) error {
 			h.ContractDigest, err = f.digest()
 			f.mark(4)
 		case "limits":
-			err = h.Limits.decodeJSON(d, f.val, ctx+".limits")
+			err = h.Limits.decodeJSON(d, f.val, d.path(ctx, ".limits"))
 			f.mark(5)
 		default:
 			err = f.unknown()
@@ -526,7 +526,7 @@ func (a *AllocateOK) decodeJSON(d *Decoder, ti uint32, ctx string) error {
 			a.OwnerID, err = f.owner()
 			f.mark(2)
 		case "writeLocation":
-			err = a.WriteLocation.decodeJSON(d, f.val, ctx+".writeLocation")
+			err = a.WriteLocation.decodeJSON(d, f.val, d.path(ctx, ".writeLocation"))
 			f.mark(3)
 		default:
 			err = f.unknown()
@@ -569,7 +569,7 @@ type OpenOK struct {
 
 func (o *OpenOK) decodeJSON(d *Decoder, ti uint32, ctx string) error {
 	return decodeSingle(d, ti, ctx, "readLocation", func(f *fields) error {
-		return o.ReadLocation.decodeJSON(d, f.val, ctx+".readLocation")
+		return o.ReadLocation.decodeJSON(d, f.val, d.path(ctx, ".readLocation"))
 	})
 }
 
