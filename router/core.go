@@ -43,6 +43,7 @@ type core struct {
 
 	stats counters
 	buf   []byte // scratch for encoding reply and notice bodies
+	ready ready  // what the latest step made ready (see step)
 
 	// scratch holds bodies and lists a handler passes on as wire.Body or
 	// encodes at once: a literal's address would move to the heap every

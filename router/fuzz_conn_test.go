@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -279,7 +280,7 @@ func (cf *connFuzzer) runOn(r *Router, stream, plan []byte) (*fuzzTranscript, er
 	}
 
 	if mode&1 == 0 {
-		r.step(func(k *core) { k.closeConn(c, wire.ErrRouterLost, "fuzz: end of input") })
+		r.step(input{kind: inClose, conn: c, code: wire.ErrRouterLost, msg: "fuzz: end of input"})
 	} else {
 		b.Close()
 	}
@@ -315,14 +316,17 @@ func (cf *connFuzzer) check(r *Router, chk *frameChecker, mode byte) (*fuzzTrans
 
 	// Retained values stay with the router by design: delete the topics
 	// (none has a subscriber left), then everything must be gone.
-	r.step(func(k *core) {
-		for name, t := range k.topics {
-			if len(t.subs) == 0 {
-				k.setRetained(t, nil)
-				delete(k.topics, name)
-			}
+	r.mu.Lock()
+	for name, t := range r.core.topics {
+		if len(t.subs) == 0 {
+			r.core.setRetained(t, nil)
+			delete(r.core.topics, name)
 		}
-	})
+	}
+	r.mu.Unlock()
+	// The unlinks those collections asked for are handed out by the next
+	// step: a pending bound no count reaches changes nothing else.
+	r.step(input{kind: inPending, limit: math.MaxInt})
 	st := r.Stats()
 	if st.Connections != 0 || st.PendingHello != 0 || st.Services != 0 || st.Topics != 0 || st.Subscriptions != 0 ||
 		st.Calls != 0 || st.ActiveCalls != 0 || st.Artifacts != 0 || st.SealedArtifacts != 0 || st.ArtifactRoots != 0 ||

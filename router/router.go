@@ -243,19 +243,20 @@ func (r *Router) serve(nc net.Conn, bound string) error {
 	return nil
 }
 
-// step runs fn on the core under the lock, then, outside it, writes the
-// frames it made ready to every idle connection (see writeDirect), wakes
-// the writers of the others, and runs the I/O the step asked for.
-func (r *Router) step(fn func(k *core)) {
+// step applies one input to the core under the lock, then, outside it,
+// writes the frames it made ready to every idle connection (see
+// writeDirect), wakes the writers of the others, and runs the I/O the step
+// asked for. It returns what the step reported about the input's
+// connection.
+func (r *Router) step(in input) (violation string, closing bool) {
 	var wakeArr, directArr [8]*shell
-	var dirtyArr [8]*conn
 	var effs [4]effect
 	wake, direct := wakeArr[:0], directArr[:0]
 	r.mu.Lock()
-	fn(r.core)
-	r.core.settle()
-	effects := r.core.takeEffects(effs[:0])
-	for _, c := range r.core.takeDirty(dirtyArr[:0]) {
+	rd := r.core.step(in)
+	effects := append(effs[:0], rd.effects...)
+	violation, closing = rd.violation, rd.closing
+	for _, c := range rd.wake {
 		sh := r.shells[c]
 		switch {
 		case sh == nil:
@@ -283,6 +284,7 @@ func (r *Router) step(fn func(k *core)) {
 	for _, e := range effects {
 		r.runEffect(e)
 	}
+	return violation, closing
 }
 
 // runEffect performs one piece of store I/O on the goroutine that stepped:
@@ -296,11 +298,11 @@ func (r *Router) runEffect(e effect) {
 	case effStage:
 		st, err := r.store.Stage(e.size)
 		loc := artLoc{relPath: st.RelPath, slot: st.Slot, gen: st.Generation}
-		r.step(func(k *core) { k.stagedAt(e, loc, err) })
+		r.step(input{kind: inStaged, eff: e, loc: loc, err: err})
 	case effSeal:
 		sealed, err := r.store.Seal(e.relPath, e.size, e.digest)
 		loc := artLoc{relPath: sealed.RelPath, slot: sealed.Slot, gen: sealed.Generation}
-		r.step(func(k *core) { k.sealedAt(e, loc, errors.Is(err, store.ErrMismatch), err) })
+		r.step(input{kind: inSealed, eff: e, loc: loc, mismatch: errors.Is(err, store.ErrMismatch), err: err})
 	case effUnlink:
 		if err := r.store.Collect(e.relPath, e.gen); err != nil {
 			r.cfg.Logger.Warn("collecting an artifact file failed", "path", e.relPath, "err", err)
@@ -327,7 +329,7 @@ func (r *Router) Shutdown(ctx context.Context) error {
 	for _, l := range ls {
 		l.Close()
 	}
-	r.step(func(k *core) { k.shutdown() })
+	r.step(input{kind: inShutdown})
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
 	var err error

@@ -62,20 +62,13 @@ func (sh *shell) wake() {
 	}
 }
 
-func (sh *shell) helloExpired() {
-	sh.r.step(func(k *core) {
-		if !sh.c.helloDone && !sh.c.closing {
-			k.closeConn(sh.c, wire.ErrInvalidEnvelope, "no bus.hello before the hello timeout")
-		}
-	})
-}
+func (sh *shell) helloExpired() { sh.r.step(input{kind: inHelloExpired, conn: sh.c}) }
 
 func (sh *shell) readLoop() {
 	defer sh.r.wg.Done()
 	// This connection is one more waiting for hello; past the bound, the
 	// oldest of them goes.
-	limit := sh.r.maxPendingHello()
-	sh.r.step(func(k *core) { k.boundPending(limit) })
+	sh.r.step(input{kind: inPending, limit: sh.r.maxPendingHello()})
 	fc := &frameClock{nc: sh.nc, limit: sh.r.frameTimeout()}
 	fr := wire.NewFrameReader(fc)
 	var dec wire.Decoder
@@ -95,7 +88,7 @@ func (sh *shell) readLoop() {
 				sh.violation("a frame was not completed within " + fc.limit.String() + " of its first byte")
 			default:
 				// The peer left (or we closed): nothing more will be read.
-				sh.r.step(func(k *core) { k.drop(sh.c) })
+				sh.r.step(input{kind: inDrop, conn: sh.c})
 				sh.nc.Close()
 				sh.wake() // the writer may be parked with nothing to write
 			}
@@ -112,16 +105,7 @@ func (sh *shell) readLoop() {
 			sh.violation(derr.Error())
 			return
 		}
-		closing := false
-		var why string
-		sh.r.step(func(k *core) {
-			n := k.stats.protocolCloses
-			k.handle(sh.c, &env, be)
-			closing = sh.c.closing
-			if k.stats.protocolCloses != n {
-				why = k.lastViolation
-			}
-		})
+		why, closing := sh.r.step(input{kind: inCommand, conn: sh.c, env: &env, bodyErr: be})
 		if why != "" {
 			sh.logViolation(why)
 		}
@@ -134,14 +118,8 @@ func (sh *shell) readLoop() {
 // violation closes the connection for a frame- or envelope-level error
 // the reader found, and logs it.
 func (sh *shell) violation(msg string) {
-	closed := false
-	sh.r.step(func(k *core) {
-		n := k.stats.protocolCloses
-		k.violation(sh.c, msg)
-		closed = k.stats.protocolCloses != n
-	})
-	if closed {
-		sh.logViolation(msg)
+	if why, _ := sh.r.step(input{kind: inViolation, conn: sh.c, msg: msg}); why != "" {
+		sh.logViolation(why)
 	}
 }
 
@@ -243,7 +221,7 @@ func (sh *shell) writeDirect() {
 			return
 		}
 		sh.giveBack()
-		sh.frames = r.core.pull(sh.c, sh.frames[:0])
+		sh.pull()
 		if len(sh.frames) == 0 {
 			sh.writing = false
 			r.mu.Unlock()
@@ -303,6 +281,14 @@ func (sh *shell) encode() (last bool) {
 	return last
 }
 
+// pull takes the connection's next frames through the core's step. Called
+// with the router lock and the write token held. A pull readies nothing
+// else, no wake and no I/O (the simulation checks it), so the rest of
+// what the step returns is empty.
+func (sh *shell) pull() {
+	sh.frames = sh.r.core.step(input{kind: inPull, conn: sh.c, frames: sh.frames[:0]}).frames
+}
+
 // giveBack returns the encoded control bodies to the connection. Called
 // with the router lock and the write token held.
 func (sh *shell) giveBack() {
@@ -343,7 +329,7 @@ func (sh *shell) writeLoop() {
 				r.core.stats.writerWrites++
 			}
 			sh.giveBack()
-			sh.frames = r.core.pull(sh.c, sh.frames[:0])
+			sh.pull()
 			closing, gone := sh.c.closing, sh.c.gone
 			if len(sh.frames) == 0 {
 				sh.writing = false
@@ -376,8 +362,8 @@ func (sh *shell) finish() {
 	sh.nc.Close()
 	// Through step: dropping may fail other clients' calls (their writers
 	// must wake, an overflow must settle) and collect artifacts (unlinks).
-	sh.r.step(func(k *core) {
-		k.drop(sh.c)
-		delete(sh.r.shells, sh.c)
-	})
+	sh.r.step(input{kind: inDrop, conn: sh.c})
+	sh.r.mu.Lock()
+	delete(sh.r.shells, sh.c)
+	sh.r.mu.Unlock()
 }

@@ -212,8 +212,11 @@ type sim struct {
 	names    map[*conn]string // every connection ever, for effects that outlive them
 
 	effects []effect // stage and seal I/O not finished yet
-	files   map[string]simFile
-	fileSeq int
+	// what the steps since the last afterStep made ready
+	readyEffects []effect
+	readyWake    []*conn
+	files        map[string]simFile
+	fileSeq      int
 	// pool mode: the core names slots, whose generations the model counts
 	pool     bool
 	slotSize map[string]uint64
@@ -547,7 +550,9 @@ func (s *sim) randomStep() {
 // the other I/O, wakes writers) and then checks everything.
 func (s *sim) afterStep() {
 	var unlinked []string
-	for _, e := range s.k.takeEffects(nil) {
+	effects, wake := s.readyEffects, s.readyWake
+	s.readyEffects, s.readyWake = nil, nil
+	for _, e := range effects {
 		if e.kind != effUnlink {
 			s.effects = append(s.effects, e)
 			continue
@@ -579,9 +584,9 @@ func (s *sim) afterStep() {
 			s.logf("%s is closing (%d control frames queued, maxControlFrames %d)", ss.name, len(ss.c.control)-ss.c.ctrlHead, s.lim.MaxControlFrames)
 		}
 	}
-	for _, c := range s.k.takeDirty(nil) {
+	for _, c := range wake {
 		if c.dirty {
-			s.fail("wakeup", "%s still marked dirty after takeDirty", s.names[c])
+			s.fail("wakeup", "%s still marked dirty after its step", s.names[c])
 		}
 		if ss := s.byConn[c]; ss != nil {
 			ss.parked = false
@@ -759,7 +764,7 @@ func (s *sim) writerPulls() bool {
 // lane these limits allow at once, so a client never sees part of a burst
 // of notices whose order the core leaves to map iteration.
 func (s *sim) pullOnce(ss *simSession) int {
-	frames := s.k.pull(ss.c, make([]frame, 0, writeBatch))
+	frames := s.pull(ss, writeBatch)
 	if len(frames) == 0 {
 		s.logf("%s writer parks", ss.name)
 	}
@@ -813,21 +818,29 @@ func (s *sim) transportFails() bool {
 	}
 	s.logf("%s transport fails", ss.name)
 	s.dropSession(ss)
-	s.settle()
 	return true
 }
 
-// settle does what Router.step does after running a step on the core, when
-// the core has it: close the connections whose control lanes overflowed.
-// The writer's finish drops its connection outside step, so it does not.
-func (s *sim) settle() {
-	if k, ok := any(s.k).(interface{ settle() }); ok {
-		k.settle()
+// stepCore applies one input through the core's step, as the shell does,
+// and keeps what it made ready for afterStep.
+func (s *sim) stepCore(in input) {
+	rd := s.k.step(in)
+	s.readyEffects = append(s.readyEffects, rd.effects...)
+	s.readyWake = append(s.readyWake, rd.wake...)
+}
+
+// pull is ss's writer taking up to max frames through the core's step; a
+// pull readies nothing else, which the shell relies on.
+func (s *sim) pull(ss *simSession, max int) []frame {
+	rd := s.k.step(input{kind: inPull, conn: ss.c, frames: make([]frame, 0, max)})
+	if len(rd.wake) > 0 || len(rd.effects) > 0 {
+		s.fail("wakeup", "a pull of %s readied %d connections and %d effects", ss.name, len(rd.wake), len(rd.effects))
 	}
+	return rd.frames
 }
 
 func (s *sim) dropSession(ss *simSession) {
-	s.k.drop(ss.c)
+	s.stepCore(input{kind: inDrop, conn: ss.c})
 	if !ss.c.gone {
 		s.fail("conns", "%s: drop left the connection live", ss.name)
 	}
@@ -850,8 +863,7 @@ func (s *sim) routerCloses() bool {
 	}
 	ss := s.sessions[s.rng.IntN(len(s.sessions))]
 	s.logf("%s closed by the router", ss.name)
-	s.k.closeConn(ss.c, wire.ErrBackpressure, "closed by the simulation")
-	s.settle()
+	s.stepCore(input{kind: inClose, conn: ss.c, code: wire.ErrBackpressure, msg: "closed by the simulation"})
 	if !ss.c.closing && !ss.c.gone {
 		s.fail("conns", "%s: closeConn left it open", ss.name)
 	}
@@ -897,14 +909,14 @@ func (s *sim) finishIO(i int, outcome simIO) {
 	case effStage:
 		if outcome == simIOFails {
 			s.logf("store: staging %s for %s msg-%d fails", e.art.id, who, e.replyTo)
-			s.k.staged(e, "", errors.New("simulated staging failure"))
+			s.stepCore(input{kind: inStaged, eff: e, err: errors.New("simulated staging failure")})
 			return
 		}
 		s.fileSeq++
 		path := fmt.Sprintf("stage-%04x", s.fileSeq)
 		s.files[path] = simStaging
 		s.logf("store: %s staged at %s for %s msg-%d", e.art.id, path, who, e.replyTo)
-		s.k.staged(e, path, nil)
+		s.stepCore(input{kind: inStaged, eff: e, loc: artLoc{relPath: path, gen: 1}})
 	case effSeal:
 		if s.files[e.relPath] != simStaging {
 			s.fail("files", "seal of %q, which is not a staging file", e.relPath)
@@ -913,16 +925,16 @@ func (s *sim) finishIO(i int, outcome simIO) {
 		switch outcome {
 		case simIOFails:
 			s.logf("store: seal of %s for %s msg-%d fails", e.art.id, who, e.replyTo)
-			s.k.sealed(e, "", false, errors.New("simulated seal failure"))
+			s.stepCore(input{kind: inSealed, eff: e, err: errors.New("simulated seal failure")})
 		case simIOMismatch:
 			s.logf("store: seal of %s for %s msg-%d finds a mismatch", e.art.id, who, e.replyTo)
-			s.k.sealed(e, "", true, errors.New("simulated digest mismatch"))
+			s.stepCore(input{kind: inSealed, eff: e, mismatch: true, err: errors.New("simulated digest mismatch")})
 		default:
 			s.fileSeq++
 			path := fmt.Sprintf("sealed-%04x", s.fileSeq)
 			s.files[path] = simSealed
 			s.logf("store: %s sealed at %s for %s msg-%d", e.art.id, path, who, e.replyTo)
-			s.k.sealed(e, path, false, nil)
+			s.stepCore(input{kind: inSealed, eff: e, loc: artLoc{relPath: path, gen: 1}})
 		}
 	default:
 		s.fail("files", "unexpected effect kind %d", e.kind)
@@ -937,12 +949,12 @@ func (s *sim) finishPoolIO(e effect, who string, outcome simIO) {
 	case effStage:
 		if outcome == simIOFails {
 			s.logf("store: staging for %s msg-%d fails", who, e.replyTo)
-			s.k.stagedAt(e, artLoc{}, errors.New("simulated staging failure"))
+			s.stepCore(input{kind: inStaged, eff: e, err: errors.New("simulated staging failure")})
 			return
 		}
 		path := s.takeSlot(uint64(e.size))
 		s.logf("store: %s generation %d staged for %s msg-%d", path, s.slotGen[path], who, e.replyTo)
-		s.k.stagedAt(e, s.slotLoc(path), nil)
+		s.stepCore(input{kind: inStaged, eff: e, loc: s.slotLoc(path)})
 	case effSeal:
 		if s.files[e.relPath] != simStaging {
 			s.fail("slots", "seal of %q, which is not being written", e.relPath)
@@ -951,17 +963,17 @@ func (s *sim) finishPoolIO(e effect, who string, outcome simIO) {
 		case outcome != simIOOK:
 			s.files[e.relPath] = simFree // the store recycles a slot whose seal failed
 			s.logf("store: seal of %s for %s msg-%d fails", e.relPath, who, e.replyTo)
-			s.k.sealedAt(e, artLoc{}, outcome == simIOMismatch, errors.New("simulated seal failure"))
+			s.stepCore(input{kind: inSealed, eff: e, mismatch: outcome == simIOMismatch, err: errors.New("simulated seal failure")})
 		case s.rng.IntN(5) == 0:
 			s.files[e.relPath] = simQuarantined // a writer kept it: copied elsewhere
 			path := s.takeSlot(uint64(e.size))
 			s.files[path] = simSealed
 			s.logf("store: seal of %s copied into %s generation %d for %s msg-%d", e.relPath, path, s.slotGen[path], who, e.replyTo)
-			s.k.sealedAt(e, s.slotLoc(path), false, nil)
+			s.stepCore(input{kind: inSealed, eff: e, loc: s.slotLoc(path)})
 		default:
 			s.files[e.relPath] = simSealed
 			s.logf("store: %s sealed in place for %s msg-%d", e.relPath, who, e.replyTo)
-			s.k.sealedAt(e, s.slotLoc(e.relPath), false, nil)
+			s.stepCore(input{kind: inSealed, eff: e, loc: s.slotLoc(e.relPath)})
 		}
 	default:
 		s.fail("files", "unexpected effect kind %d", e.kind)
@@ -1014,13 +1026,11 @@ func (s *sim) deliver(ss *simSession, frame []byte) {
 	var be *wire.BusError
 	switch {
 	case errors.As(err, &pe):
-		s.k.violation(ss.c, pe.Msg)
-		s.settle()
+		s.stepCore(input{kind: inViolation, conn: ss.c, msg: pe.Msg})
 	case err != nil && !errors.As(err, &be):
-		s.k.violation(ss.c, err.Error())
-		s.settle()
+		s.stepCore(input{kind: inViolation, conn: ss.c, msg: err.Error()})
 	default:
-		s.k.handle(ss.c, &s.env, be)
+		s.stepCore(input{kind: inCommand, conn: ss.c, env: &s.env, bodyErr: be})
 	}
 }
 
@@ -2535,7 +2545,7 @@ func (s *sim) checkWakeups() {
 		if !ss.parked {
 			continue
 		}
-		if fr := s.k.pull(ss.c, make([]frame, 0, 1)); len(fr) > 0 {
+		if fr := s.pull(ss, 1); len(fr) > 0 {
 			s.fail("wakeup", "%s's writer is parked without a wake-up while %s %s waits", ss.name, fr[0].hdr.Kind, fr[0].hdr.Op)
 		}
 	}
@@ -2618,7 +2628,7 @@ func (s *sim) teardown() {
 	s.step++
 	if !s.scripted && s.rng.IntN(2) == 0 {
 		s.logf("router shuts down")
-		s.k.shutdown()
+		s.stepCore(input{kind: inShutdown})
 		s.afterStep()
 		for len(s.sessions) > 0 {
 			s.step++
@@ -2640,14 +2650,12 @@ func (s *sim) teardown() {
 				ss := s.sessions[0]
 				s.logf("%s transport fails", ss.name)
 				s.dropSession(ss)
-				s.settle()
 			} else if len(s.effects) > 0 && s.rng.IntN(3) == 0 {
 				s.completeEffect()
 			} else {
 				ss := s.sessions[s.rng.IntN(len(s.sessions))]
 				s.logf("%s transport fails", ss.name)
 				s.dropSession(ss)
-				s.settle()
 			}
 			s.afterStep()
 		}
@@ -2978,7 +2986,7 @@ func (sc *simScenario) exec(args []string) error {
 		return nil
 	case "shutdown":
 		s.logf("router shuts down")
-		s.k.shutdown()
+		s.stepCore(input{kind: inShutdown})
 		return nil
 	case "end":
 		s.teardown()
@@ -3021,13 +3029,11 @@ func (sc *simScenario) exec(args []string) error {
 	case "drop":
 		s.logf("%s transport fails", ss.name)
 		s.dropSession(ss)
-		s.settle()
 	case "finish":
 		s.logf("%s writer finishes", ss.name)
 		s.dropSession(ss)
 	case "close":
-		s.k.closeConn(ss.c, wire.ErrBackpressure, "closed by the scenario")
-		s.settle()
+		s.stepCore(input{kind: inClose, conn: ss.c, code: wire.ErrBackpressure, msg: "closed by the scenario"})
 	case "register":
 		s.send(ss, wire.OpServiceRegister, &wire.Register{Name: arg(0), MaxQueued: uint32(num("q", 1)),
 			MaxInFlight: uint32(num("f", 1))}, nil, &simCmd{name: arg(0)})
