@@ -158,7 +158,7 @@ func (a Artifacts) Allocate(ctx context.Context, n int64, contentType string) (*
 		}
 	}
 	if c.cfg.AllocateAhead > 0 {
-		c.prepare(k)
+		c.ahead.want(k)
 	}
 	f, err := store.OpenWrite(c.cfg.StoreRoot, ok.WriteLocation.StoreID.String(), ok.WriteLocation.RelativePath)
 	if err != nil {
@@ -813,7 +813,7 @@ func wireAttachments(atts []Attachment) ([]wire.Attachment, func(), error) {
 // waiting reports the seal's error. If such a seal put its artifact
 // elsewhere than expected (a pooled store copies when a writer kept the
 // slot open), the command is sent once more with the sealed references.
-func sendAttached[T any](atts []Attachment, send func(watts []wire.Attachment, undo func()) (T, error)) (T, error) {
+func sendAttached[T any](c *Client, atts []Attachment, send func(watts []wire.Attachment, undo func()) (T, error)) (T, error) {
 	for retried := false; ; retried = true {
 		watts, undo, err := wireAttachments(atts)
 		if err != nil {
@@ -826,6 +826,9 @@ func sendAttached[T any](atts []Attachment, send func(watts []wire.Attachment, u
 		}
 		undo() // admitted or refused: the router holds its own roots now
 		if err == nil {
+			if c != nil {
+				c.prepareWanted() // the frame is out: its successor's allocation is off its way
+			}
 			return v, nil
 		}
 		retry, err := sealOutcome(atts, watts, err)

@@ -93,7 +93,7 @@ func (c *Client) Publish(ctx context.Context, topic string, payload any, atts ..
 		return PublishReceipt{}, err
 	}
 	var ok wire.PublishOK
-	_, err = sendAttached(atts, func(watts []wire.Attachment, undo func()) (struct{}, error) {
+	_, err = sendAttached(c, atts, func(watts []wire.Attachment, undo func()) (struct{}, error) {
 		return struct{}{}, c.send(ctx, wire.OpPublish, &wire.Publish{Topic: topic, Payload: raw}, watts, &ok, func(error) { undo() }, nil)
 	})
 	if err != nil {

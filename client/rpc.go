@@ -236,7 +236,7 @@ func (rc *replyCap) reply(ctx context.Context, outcome any, atts []Attachment) (
 		return false, err
 	}
 	var ok wire.Routed
-	_, err = sendAttached(atts, func(watts []wire.Attachment, undo func()) (struct{}, error) {
+	_, err = sendAttached(rc.c, atts, func(watts []wire.Attachment, undo func()) (struct{}, error) {
 		return struct{}{}, rc.c.send(ctx, wire.OpRPCReply, &wire.Reply{CallID: rc.callID,
 			RequestDeliveryID: rc.deliveryID, Outcome: raw}, watts, &ok, func(error) { undo() }, nil)
 	})
@@ -454,7 +454,7 @@ func (c *Client) Call(ctx context.Context, target string, pin wire.ServiceInc, m
 	if err != nil {
 		return nil, err
 	}
-	return sendAttached(atts, func(watts []wire.Attachment, undo func()) (*PendingCall, error) {
+	return sendAttached(c, atts, func(watts []wire.Attachment, undo func()) (*PendingCall, error) {
 		return c.call(ctx, target, pin, method, raw, watts, undo)
 	})
 }

@@ -140,3 +140,84 @@ func TestSealNoWaitFailureIsTheCommandsError(t *testing.T) {
 	}
 	f.replyOK(rel.ID, wire.OpArtifactRelease, &wire.Released{})
 }
+
+// An allocation asked for ahead that the router refuses is not an error
+// of its own: the next Allocate of that size makes its own round trip and
+// reports what holds then.
+func TestAllocateAheadRefusedFallsBack(t *testing.T) {
+	noLeaks(t)
+	root := t.TempDir()
+	storeID := wire.StoreID(0xabc)
+	if err := os.MkdirAll(filepath.Join(root, storeID.String()), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"stage-1", "stage-2"} {
+		if err := os.WriteFile(filepath.Join(root, storeID.String(), name), make([]byte, 4), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := testCtx(t, 10*time.Second)
+	c, f, err := connectFakeWith(t, ctx, Config{ClientID: "sdk-test", StoreRoot: root, AllocateAhead: 1}, func(f *fakeRouter, msg uint64) {
+		ok := goodHello()
+		f.replyOK(msg, wire.OpHello, &ok)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocate := func(rel string, owner uint64) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			w, err := c.Artifacts().Allocate(ctx, 4, "x/y")
+			if err == nil {
+				var a *Artifact
+				if a, err = w.SealNoWait(); err == nil {
+					_, err = c.Publish(ctx, "t", wire.RawJSON(`{}`), Attach("frame", a))
+					a.Close()
+				}
+			}
+			done <- err
+		}()
+		env := f.command(wire.OpArtifactAllocate)
+		f.replyOK(env.ID, wire.OpArtifactAllocate, &wire.AllocateOK{ArtifactID: wire.ArtifactID(owner), Generation: 1,
+			OwnerID: wire.HoldOwner(wire.HoldID(owner)), WriteLocation: wire.Location{StoreID: storeID, RelativePath: rel}})
+		seal := f.command(wire.OpArtifactSeal)
+		sealID := seal.ID
+		pub := f.command(wire.OpPublish)
+		f.replyOK(sealID, wire.OpArtifactSeal, &wire.SealOK{Ref: pub.Attachments[0].Ref, OwnerID: wire.HoldOwner(wire.HoldID(owner))})
+		f.replyOK(pub.ID, wire.OpPublish, &wire.PublishOK{TopicSequence: owner})
+		return done
+	}
+	done := allocate("stage-1", 1)
+	// The frame went out: the next allocation is asked for, and refused;
+	// the first frame's hold is released (control commands go first, so
+	// the two come in either order).
+	for range 2 {
+		b, err := f.fr.ReadFrame()
+		if err == nil {
+			err = f.dec.Decode(b, &f.env)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch f.env.Op {
+		case wire.OpArtifactAllocate:
+			f.send(wire.Header{Kind: wire.KindReply, Op: wire.OpArtifactAllocate, ReplyTo: wire.Some(wire.MsgID(f.env.ID))},
+				&wire.ReplyBody{Err: wire.NewError(wire.ErrQuotaExceeded, 0, "the store is full")}, nil)
+		case wire.OpArtifactRelease:
+			f.replyOK(f.env.ID, wire.OpArtifactRelease, &wire.Released{})
+		default:
+			t.Fatalf("fake router: got %s", f.env.Op)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// The second Allocate makes its own round trip.
+	done = allocate("stage-2", 2)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.AllocatedAhead != 0 {
+		t.Fatalf("%d allocations served ahead after a refusal", st.AllocatedAhead)
+	}
+}

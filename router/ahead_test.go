@@ -75,48 +75,64 @@ func TestAllocateAheadServesRepeatedSizes(t *testing.T) {
 	})
 }
 
-// A size more recent than AllocateAhead allows evicts the oldest one's
-// prepared allocation, released at once; a prepared allocation the router
-// refused leaves the caller's own allocation to report what holds.
-func TestAllocateAheadEvictsAndFallsBack(t *testing.T) {
-	l := wire.DefaultLimits()
-	l.MaxStoreBytes, l.MaxArtifactBytes = 3<<20, 3<<20
-	cfg := open()
-	cfg.Limits = l
-	forEachTransport(t, cfg, func(t *testing.T, h *harness) {
+// sendFrame allocates n bytes, seals them without waiting and publishes
+// them on topic "sink": the frame that makes an AllocateAhead client
+// prepare its next allocation. The caller closes the artifact.
+func sendFrame(t *testing.T, c *client.Client, n int64) (*client.Artifact, error) {
+	t.Helper()
+	w, err := c.Artifacts().Allocate(ctxT(t), n, "a/b")
+	if err != nil {
+		return nil, err
+	}
+	a, err := w.SealNoWait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Publish(ctxT(t), "sink", map[string]int{}, client.Attach("frame", a)); err != nil {
+		t.Fatal(err)
+	}
+	return a, nil
+}
+
+// Allocations are prepared once a frame has gone out, not while it is
+// made. A size more recent than AllocateAhead allows evicts the oldest
+// one's prepared allocation, released at once; a caller that gives up
+// while one is on its way leaves nothing behind.
+func TestAllocateAheadPreparesAfterTheFrameAndEvicts(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		prod := h.dialWith("producer", client.Config{AllocateAhead: 1})
-		w1, err := prod.Artifacts().Allocate(ctx, 1<<20, "a/b")
+		if _, err := prod.DeclareTopic(ctx, "sink", wire.RetainNone); err != nil {
+			t.Fatal(err)
+		}
+		w, err := prod.Artifacts().Allocate(ctx, 1<<20, "a/b")
 		if err != nil {
 			t.Fatal(err)
 		}
-		w1.Close()
+		w.Close()
+		if st := prod.Stats(); st.PreparedWriters != 0 {
+			t.Fatalf("%d allocations prepared before any frame went out", st.PreparedWriters)
+		}
+		a1, err := sendFrame(t, prod, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a1.Close()
+		if st := prod.Stats(); st.PreparedWriters != 1 {
+			t.Fatalf("%d allocations prepared after a frame went out, want 1", st.PreparedWriters)
+		}
 		// A second size: the first one's prepared allocation goes.
-		w2, err := prod.Artifacts().Allocate(ctx, 1<<10, "a/b")
+		a2, err := sendFrame(t, prod, 1<<10)
 		if err != nil {
 			t.Fatal(err)
 		}
-		w2.Close()
+		a2.Close()
 		waitFor(t, "the evicted allocation released", func() bool { return prod.Stats().PreparedReleased == 1 })
-		// Fill the store: the allocation asked for ahead is refused, and
-		// the next Allocate reports the store is full itself.
-		w3, err := prod.Artifacts().Allocate(ctx, 2<<20, "a/b") // the 1 KiB one is prepared: 2 MiB + 1 KiB
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w3.Close()
-		_, err = prod.Artifacts().Allocate(ctx, 2<<20, "a/b")
-		if code(t, err) != wire.ErrQuotaExceeded {
-			t.Fatalf("allocation past the store: %v", err)
-		}
-		// A caller that gives up while the prepared one is on its way
-		// leaves nothing behind either.
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
 		if _, err := prod.Artifacts().Allocate(cctx, 1<<10, "a/b"); err != nil && !errors.Is(err, context.Canceled) {
 			t.Fatal(err)
 		}
-		w3.Close()
 		if err := prod.Close(); err != nil {
 			t.Fatal(err)
 		}

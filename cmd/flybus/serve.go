@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/flybus/flybus/fastpath"
 	"github.com/flybus/flybus/router"
 	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
@@ -117,6 +118,7 @@ func runServe(c *command, args []string, stdout, stderr io.Writer) int {
 		return usageError(c, stderr, err.Error())
 	}
 	log := newLogger(cfg.LogFormat, stderr)
+	log.Info("threads running Go code (override with the GOMAXPROCS environment variable)", "gomaxprocs", fastpath.ApplyRouterProcs())
 	// Installed until the process exits, never stopped: a second signal
 	// during a slow shutdown would otherwise kill the router with the
 	// default action and leave its store behind. SIGHUP (the terminal
