@@ -66,6 +66,10 @@ type Config struct {
 	// (default 1: Allocate of the frame size returns a writer prepared in
 	// the background).
 	NoAllocateAhead bool
+	// NoOpenAhead turns off the consumers' and agents'
+	// client.Config.OpenAhead (default on: a files-mode View finds its
+	// read location asked for when the delivery arrived).
+	NoOpenAhead bool
 	// RouterEnv adds KEY=VALUE variables to the router process's
 	// environment (GOMAXPROCS=1, say); process mode only.
 	RouterEnv []string

@@ -35,6 +35,7 @@ type options struct {
 	stalled    bool
 	sealWait   bool
 	noAhead    bool
+	noOpen     bool
 	routerEnv  envList
 	quiet      bool
 }
@@ -58,6 +59,7 @@ func flags(o *options) *flag.FlagSet {
 	fs.BoolVar(&o.sealWait, "seal-wait", false, "the producer waits for Seal's answer before it publishes (measures the seal round trip);\n"+
 		"default: SealNoWait with the publish right behind it, one round trip for both")
 	fs.BoolVar(&o.noAhead, "no-allocate-ahead", false, "the producer's Allocate makes its round trip every time\n(default: client.Config.AllocateAhead 1, a writer prepared in the background)")
+	fs.BoolVar(&o.noOpen, "no-open-ahead", false, "consumers and agents make View's artifact.open round trip themselves\n(default: client.Config.OpenAhead, asked for as each delivery arrives)")
 	fs.Var(&o.routerEnv, "router-env", "add `KEY=VALUE` to the router process's environment (repeatable; GOMAXPROCS=1, say)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress line on stderr")
 	return fs
@@ -159,7 +161,7 @@ func usageError(stderr io.Writer, msg string) int {
 // config turns the flags into a Config and checks it.
 func (o *options) config() (Config, error) {
 	cfg := Config{Seconds: o.seconds, Fill: Fill(o.fill), Embedded: o.embedded, Flybus: o.flybus,
-		Store: o.store, CPUProfile: o.cpuprofile, StalledSubscriber: o.stalled, SealWait: o.sealWait, NoAllocateAhead: o.noAhead,
+		Store: o.store, CPUProfile: o.cpuprofile, StalledSubscriber: o.stalled, SealWait: o.sealWait, NoAllocateAhead: o.noAhead, NoOpenAhead: o.noOpen,
 		RouterEnv: o.routerEnv}
 	var err error
 	if cfg.StoreMode, err = store.ParseMode(o.storeMode); err != nil {

@@ -153,10 +153,11 @@ var (
 type producerPath struct {
 	sealWait      bool
 	allocateAhead int
+	openAhead     bool // the consumers' and agents' client.Config.OpenAhead
 }
 
 func pathOf(cfg Config) producerPath {
-	p := producerPath{sealWait: cfg.SealWait, allocateAhead: 1}
+	p := producerPath{sealWait: cfg.SealWait, allocateAhead: 1, openAhead: !cfg.NoOpenAhead}
 	if cfg.NoAllocateAhead {
 		p.allocateAhead = 0
 	}

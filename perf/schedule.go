@@ -122,6 +122,8 @@ func (s *schedule) connect(ctx context.Context) error {
 		cfg := client.Config{ClientID: fmt.Sprintf("perf-s%d-%s", s.env.index, role), StoreRoot: s.env.storeRoot}
 		if role == "producer" {
 			cfg.AllocateAhead = s.env.path.allocateAhead
+		} else {
+			cfg.OpenAhead = s.env.path.openAhead // consumers and agents view every frame
 		}
 		c, err := client.ConnectUnix(ctx, s.env.sock, cfg)
 		if err == nil {

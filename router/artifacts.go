@@ -218,11 +218,6 @@ func (k *core) newHold(c *conn, a *artifact, writer bool) *hold {
 	return h
 }
 
-// staged completes an allocation after the store's I/O (files mode).
-func (k *core) staged(e effect, relPath string, err error) {
-	k.stagedAt(e, artLoc{relPath: relPath, gen: 1}, err)
-}
-
 // stagedAt completes an allocation at loc. In pool mode the artifact takes
 // its slot's id and generation here.
 func (k *core) stagedAt(e effect, loc artLoc, err error) {
@@ -313,11 +308,6 @@ func (k *core) opSeal(c *conn, env *wire.Envelope) *wire.BusError {
 	}
 	k.addEffect(e)
 	return nil
-}
-
-// sealed completes a seal after the store's I/O (files mode).
-func (k *core) sealed(e effect, relPath string, mismatch bool, err error) {
-	k.sealedAt(e, artLoc{relPath: relPath, gen: 1}, mismatch, err)
 }
 
 // sealedAt completes a seal that put the artifact at loc. A writer released
