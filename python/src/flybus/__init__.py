@@ -1,0 +1,20 @@
+"""flybus: a client of the flybus local message bus.
+
+It speaks the router's wire directly over its Unix socket: RPC, pub/sub
+and, through the router's store, immutable file-backed artifacts. Standard
+library only.
+
+    import flybus
+    with flybus.connect("/run/flybus/bus.sock", client_id="viewer") as c:
+        with c.subscribe("camera.front") as sub:
+            with sub.next(timeout=5) as msg:
+                print(msg.topic_sequence, msg.payload)
+"""
+
+from ._contract import CONTRACT, CONTRACT_DIGEST
+from .client import Client, Message, PendingCall, Receipt, Request, Result, Service, Subscription, connect
+from .errors import *  # noqa: F401,F403 (one class per error code)
+from .errors import BusError, ClosedError, FlybusError, ProtocolError, SubscriptionClosed, WireError
+
+__all__ = ["connect", "Client", "Message", "PendingCall", "Receipt", "Request", "Result", "Service", "Subscription",
+           "BusError", "ClosedError", "FlybusError", "ProtocolError", "SubscriptionClosed", "WireError", "CONTRACT", "CONTRACT_DIGEST"]

@@ -1,0 +1,628 @@
+"""The client: one connection to a router over its Unix socket.
+
+A reader thread decodes every router frame (strictly, see _wire) and hands
+it over without running user code: replies complete waiters, deliveries go
+onto per-subscription and per-service queues, notices settle calls. Any
+violation of the router's side of the contract closes the client with a
+ProtocolError. Every method is safe to call from several threads; every
+blocking call takes ``timeout=`` in seconds and raises TimeoutError without
+cancelling anything.
+"""
+
+import collections
+import os
+import secrets
+import socket
+import threading
+
+from . import _wire
+from ._contract import CONTRACT_DIGEST
+from .errors import BusError, ClosedError, FlybusError, ProtocolError, SubscriptionClosed
+
+_DEFAULT_TIMEOUT = 10.0
+
+
+class _Waiter:
+    __slots__ = ("op", "done", "value", "error", "orphan", "then")
+
+    def __init__(self, op, then=None):
+        self.op, self.done, self.value, self.error, self.orphan = op, threading.Event(), None, None, None
+        # then runs in the reader on success, before any later frame is
+        # dispatched: a subscription is known before its first delivery.
+        self.then = then
+
+
+class _Queue:
+    """A queue a reader fills and the program drains, closed with a reason."""
+
+    def __init__(self):
+        self._items = collections.deque()
+        self._cond = threading.Condition()
+        self._closed = None
+
+    def push(self, item):
+        with self._cond:
+            if self._closed is not None:
+                return False
+            self._items.append(item)
+            self._cond.notify()
+            return True
+
+    def close(self, err):
+        with self._cond:
+            if self._closed is None:
+                self._closed = err
+            left = list(self._items)
+            self._items.clear()
+            self._cond.notify_all()
+        return left
+
+    def next(self, timeout):
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._items or self._closed is not None, timeout):
+                raise TimeoutError("nothing arrived within the timeout")
+            if self._items:
+                return self._items.popleft()
+            raise self._closed
+
+
+def connect(path, client_id, store_root=None, client_incarnation=None, timeout=_DEFAULT_TIMEOUT):
+    """Connects to the router listening on the Unix socket at path and says
+    hello. The router's contract digest must equal this package's."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        sock.settimeout(None)
+    except BaseException:
+        sock.close()
+        raise
+    return Client(sock, client_id, store_root, client_incarnation, timeout)
+
+
+class Client:
+    """A connection to a router. Use it as a context manager, or close it."""
+
+    def __init__(self, sock, client_id, store_root, client_incarnation, timeout):
+        self._sock = sock
+        self._reader = _wire.FrameReader(sock)
+        self._lock = threading.Lock()
+        self._wlock = threading.Lock()
+        self._next_msg = 0
+        self._next_call = 0
+        self._last_bus = 0
+        self._waiters = {}
+        self._subs = {}
+        self._services = {}
+        self._calls = {}
+        self._lost = None
+        self._closing = False
+        self._closed_code = None
+        self._stats = collections.Counter()
+        self.store_root = store_root
+        self.client_id = client_id
+        self.client_incarnation = client_incarnation or f"py-{os.getpid()}-{secrets.token_hex(6)}"
+        hello = {"clientId": client_id, "clientIncarnation": self.client_incarnation, "supportedMajors": [1]}
+        # The hello is read here, before the reader starts.
+        try:
+            self._write(self._command_frame("bus.hello", hello, _Waiter("bus.hello"), register=False))
+            sock.settimeout(timeout)
+            payload = self._reader.read_frame()
+            sock.settimeout(None)
+            if payload is None:
+                raise ClosedError("the router closed the connection during hello")
+            env = _wire.decode_router_envelope(payload)
+            if env["kind"] != "reply" or env["op"] != "bus.hello" or env["_replyTo"] != 1:
+                raise ProtocolError(f"the router answered hello with {env['kind']} {env['op']}")
+            self._last_bus = env["_bus"]
+            body = env["body"]
+            if not body["ok"]:
+                e = body["error"]
+                raise BusError.of(e["code"], e["message"], e["dispatch"])
+            info = body["value"]
+            if info["contractDigest"] != CONTRACT_DIGEST:
+                raise ProtocolError(f"the router's contract digest {info['contractDigest']} is not this package's "
+                                    f"{CONTRACT_DIGEST}: they speak different versions of the wire")
+            if info["selectedMajor"] != 1:
+                raise ProtocolError(f"the router selected major {info['selectedMajor']}")
+        except _wire.WireError as e:
+            sock.close()
+            raise ProtocolError(f"the router's hello reply broke the contract: {e}") from None
+        except BaseException:
+            sock.close()
+            raise
+        self.info = info
+        self._thread = threading.Thread(target=self._read_loop, name=f"flybus-reader-{client_id}", daemon=True)
+        self._thread.start()
+
+    # ---- lifetime ----------------------------------------------------
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self, timeout=5.0):
+        """Shuts the write side and waits (up to timeout) until the router has
+        closed its side, having released everything this connection held.
+        Idempotent."""
+        with self._lock:
+            first = not self._closing
+            self._closing = True
+        if first and self._lost is None:
+            try:
+                with self._wlock:
+                    self._sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+        self._thread.join(timeout)
+        self._fail(ClosedError("the client was closed"))
+        self._sock.close()
+
+    def stats(self):
+        """Counters of what the client did on the program's behalf."""
+        with self._lock:
+            return dict(self._stats)
+
+    def _fail(self, err):
+        with self._lock:
+            if self._lost is not None:
+                return
+            if self._closing and not isinstance(err, ProtocolError):
+                err = ClosedError("the client was closed")
+            self._lost = err
+            waiters, self._waiters = self._waiters, {}
+            subs, self._subs = self._subs, {}
+            services, self._services = self._services, {}
+            calls, self._calls = self._calls, {}
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        for w in waiters.values():
+            w.error = err
+            w.done.set()
+        for s in subs.values():
+            s._queue.close(err)
+        for s in services.values():
+            s._queue.close(err)
+        for p in calls.values():
+            p._finish(None, err)
+
+    # ---- writing -----------------------------------------------------
+
+    def _command_frame(self, op, body, waiter, register=True):
+        with self._lock:
+            if self._lost is not None:
+                raise self._lost
+            self._next_msg += 1
+            n = self._next_msg
+            if register:
+                self._waiters[n] = waiter
+        return _wire.command(n, op, body)
+
+    def _write(self, data):
+        with self._wlock:
+            self._sock.sendall(data)
+
+    def _send(self, op, body, waiter):
+        """Queues op and writes it; command ids increase in write order
+        because both happen under the write lock."""
+        with self._wlock:
+            frame = self._command_frame(op, body, waiter)
+            try:
+                self._sock.sendall(frame)
+            except OSError as e:
+                self._fail(ClosedError(f"writing to the router failed: {e}"))
+                raise self._lost from None
+
+    def _request(self, op, body, timeout=_DEFAULT_TIMEOUT, orphan=None):
+        w = _Waiter(op)
+        self._send(op, body, w)
+        if not w.done.wait(timeout):
+            with self._lock:
+                if not w.done.is_set():
+                    w.orphan = orphan
+                    raise TimeoutError(f"{op} was not answered within {timeout} s")
+        if w.error is not None:
+            raise w.error
+        return w.value
+
+    def _fire(self, op, body):
+        """Sends a command whose answer only matters as a refusal."""
+        w = _Waiter(op)
+        w.orphan = lambda value, err: err is not None and self._count("control_errors")
+        try:
+            self._send(op, body, w)
+        except FlybusError:
+            pass  # the connection is gone: the router released everything
+
+    def _count(self, key, n=1):
+        with self._lock:
+            self._stats[key] += n
+
+    # ---- reading -----------------------------------------------------
+
+    def _read_loop(self):
+        try:
+            while True:
+                payload = self._reader.read_frame()
+                if payload is None:
+                    code = self._closed_code
+                    if code is not None and code[0] != "ROUTER_LOST" or self._closing:
+                        self._fail(ClosedError(f"the router closed the connection: {code}" if code else "closed"))
+                    else:
+                        self._fail(BusError.of("ROUTER_LOST", code[1] if code else "the router closed the connection",
+                                               "unknown"))
+                    return
+                env = _wire.decode_router_envelope(payload)
+                if env["_bus"] <= self._last_bus:
+                    raise _wire.WireError("router envelope ids must increase")
+                self._last_bus = env["_bus"]
+                self._dispatch(env)
+        except _wire.WireError as e:
+            self._fail(ProtocolError(f"the client refused a frame from the router: {e}"))
+        except OSError as e:
+            self._fail(BusError.of("ROUTER_LOST", f"reading from the router failed: {e}", "unknown"))
+
+    def _dispatch(self, env):
+        kind, op, body = env["kind"], env["op"], env["body"]
+        if kind == "reply":
+            with self._lock:
+                w = self._waiters.pop(env["_replyTo"], None)
+            if w is None:
+                raise _wire.WireError(f"reply to unknown command msg-{env['_replyTo']}")
+            if w.op != op:
+                # Out of the table already: the failure would not find it.
+                w.error = ProtocolError(f"the client refused a frame from the router: reply op {op} answers a {w.op}")
+                w.done.set()
+                raise _wire.WireError(f"reply op {op} answers a {w.op}")
+            if body["ok"]:
+                w.value = body["value"]
+                if w.then is not None:
+                    w.then(w.value)
+            else:
+                e = body["error"]
+                w.error = BusError.of(e["code"], e["message"], e["dispatch"])
+            with self._lock:
+                orphan = w.orphan
+                w.done.set()
+            if orphan is not None:
+                orphan(w.value, w.error)
+        elif op == "topic.message":
+            with self._lock:
+                s = self._subs.get(body["subscriptionId"])
+            m = Message(self, body, env["attachments"])
+            if s is None or not s._queue.push(m):
+                m.close()
+        elif op == "rpc.request":
+            with self._lock:
+                s = self._services.get(body["target"])
+            r = Request(self, body, env["attachments"])
+            if s is None or not s._queue.push(r):
+                r.close()
+        elif op == "rpc.result":
+            with self._lock:
+                p = self._calls.pop(body["callId"], None)
+            res = Result(self, body, env["attachments"])
+            if p is None:
+                res.close()
+            else:
+                p._finish(res, None)
+        elif op == "call.failed":
+            with self._lock:
+                p = self._calls.pop(body["callId"], None)
+            if p is not None:
+                p._finish(None, BusError.of(body["code"], body["message"], body["dispatch"]))
+        elif op == "route.removed":
+            with self._lock:
+                s = self._services.pop(body["name"], None)
+            if s is not None:
+                for r in s._queue.close(ClosedError(f"service {body['name']} removed: {body['reason']}")):
+                    r.close()
+        elif op == "subscription.closed":
+            with self._lock:
+                s = self._subs.pop(body["subscriptionId"], None)
+            if s is not None:
+                err = SubscriptionClosed(f"the router closed subscription {s.id} of {s.topic}: {body['reason']}")
+                err.reason = body["reason"]
+                for m in s._queue.close(err):
+                    m.close()
+        elif op == "connection.closing":
+            self._closed_code = (body["code"], body["message"])
+
+    def _consume(self, delivery_id):
+        self._fire("delivery.consumed", {"deliveryIds": [delivery_id]})
+
+    # ---- pub/sub -----------------------------------------------------
+
+    def declare_topic(self, name, retained="none", timeout=_DEFAULT_TIMEOUT):
+        """Declares a topic (idempotent); returns {"declared", "topicIncarnation"}."""
+        return self._request("topic.declare", {"name": name, "retained": retained}, timeout)
+
+    def clear_topic(self, name, timeout=_DEFAULT_TIMEOUT):
+        return self._request("topic.clear", {"name": name}, timeout)["cleared"]
+
+    def delete_topic(self, name, timeout=_DEFAULT_TIMEOUT):
+        return self._request("topic.delete", {"name": name}, timeout)["deleted"]
+
+    def publish(self, topic, payload, timeout=_DEFAULT_TIMEOUT):
+        """Admits one message; returns a Receipt."""
+        v = self._request("publish", {"topic": topic, "payload": _object(payload)}, timeout)
+        return Receipt(int(v["topicSequence"]), int(v["subscribers"]), int(v["replaced"]))
+
+    def subscribe(self, topic, mode="latest", queued=None, in_flight=None, replay=False, timeout=_DEFAULT_TIMEOUT):
+        """Subscribes to a declared topic; returns a Subscription."""
+        if mode not in ("latest", "bounded"):
+            raise ValueError(f"mode is latest or bounded, not {mode!r}")
+        lim = self.info["limits"]
+        if queued is None:
+            queued = 1 if mode == "latest" else lim["maxBoundedQueued"]
+        if in_flight is None:
+            in_flight = lim["maxLatestInFlight"] if mode == "latest" else lim["maxBoundedInFlight"]
+        sub = Subscription(self, topic)
+        body = {"topic": topic, "mode": mode, "maxQueued": queued, "maxInFlight": in_flight, "replayLatest": replay}
+        def known(v):
+            sub.id, sub.topic_incarnation = v["subscriptionId"], v["topicIncarnation"]
+            with self._lock:
+                self._subs[sub.id] = sub
+
+        w = _Waiter("subscribe", then=known)
+        self._send("subscribe", body, w)
+        if not w.done.wait(timeout):
+            with self._lock:
+                if not w.done.is_set():
+                    # Subscribed after the caller gave up: nobody will read it.
+                    w.orphan = lambda v, err: err is None and sub.close()
+                    raise TimeoutError("subscribe was not answered within the timeout")
+        if w.error is not None:
+            raise w.error
+        return sub
+
+    # ---- RPC ---------------------------------------------------------
+
+    def register(self, name, max_queued=16, max_in_flight=16, timeout=_DEFAULT_TIMEOUT):
+        """Registers a service; returns a Service yielding its requests."""
+        svc = Service(self, name)
+        with self._lock:
+            if name in self._services:
+                raise ValueError(f"service {name} is already registered on this client")
+            self._services[name] = svc
+        try:
+            v = self._request("service.register", {"name": name, "maxQueued": max_queued, "maxInFlight": max_in_flight},
+                              timeout)
+        except BaseException:
+            with self._lock:
+                self._services.pop(name, None)
+            raise
+        svc.incarnation = v["serviceIncarnation"]
+        return svc
+
+    def call(self, target, method, payload, expected_incarnation=None, timeout=_DEFAULT_TIMEOUT):
+        """Admits a call; returns a PendingCall."""
+        p = PendingCall(self)
+        body = {"callId": "", "target": target, "expectedIncarnation": expected_incarnation, "method": method,
+                "payload": _object(payload)}
+        w = _Waiter("rpc.call")
+        with self._wlock:
+            with self._lock:
+                if self._lost is not None:
+                    raise self._lost
+                self._next_call += 1
+                p.id = body["callId"] = f"call-{self._next_call}"
+                self._calls[p.id] = p
+            frame = self._command_frame("rpc.call", body, w)
+            self._sock.sendall(frame)
+        if not w.done.wait(timeout):
+            raise TimeoutError("rpc.call was not answered within the timeout")
+        if w.error is not None:
+            with self._lock:
+                self._calls.pop(p.id, None)
+            raise w.error
+        p.incarnation = w.value["serviceIncarnation"]
+        return p
+
+
+def _object(payload):
+    if not isinstance(payload, dict):
+        raise TypeError(f"a payload is a JSON object (a dict), not {type(payload).__name__}")
+    return payload
+
+
+Receipt = collections.namedtuple("Receipt", "topic_sequence subscribers replaced")
+
+
+class _Delivery:
+    """A delivery the program holds: closed once, which consumes it."""
+
+    def __init__(self, client, delivery_id, attachments):
+        self._client, self.delivery_id = client, delivery_id
+        self._attachments = attachments
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._client._consume(self.delivery_id)
+
+    @property
+    def attachments(self):
+        return [a["name"] for a in self._attachments]
+
+
+class Message(_Delivery):
+    def __init__(self, client, body, attachments):
+        super().__init__(client, body["deliveryId"], attachments)
+        self.topic = body["topic"]
+        self.topic_incarnation = body["topicIncarnation"]
+        self.topic_sequence = int(body["topicSequence"])
+        self.replaced = int(body["replaced"])
+        self.payload = body["payload"]
+        self.subscription_id = body["subscriptionId"]
+
+
+class Subscription:
+    """One topic's messages: iterate, or next(timeout=)."""
+
+    def __init__(self, client, topic):
+        self._client, self.topic = client, topic
+        self.id = self.topic_incarnation = None
+        self._queue = _Queue()
+        self._closed = False
+
+    def next(self, timeout=None):
+        return self._queue.next(timeout)
+
+    def __iter__(self):
+        while True:
+            try:
+                yield self.next()
+            except ClosedError:
+                return
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self, timeout=_DEFAULT_TIMEOUT):
+        if self._closed:
+            return
+        self._closed = True
+        with self._client._lock:
+            self._client._subs.pop(self.id, None)
+        for m in self._queue.close(ClosedError("subscription closed")):
+            m.close()
+        try:
+            self._client._request("unsubscribe", {"subscriptionId": self.id}, timeout)
+        except ClosedError:
+            pass
+
+
+class Request(_Delivery):
+    def __init__(self, client, body, attachments):
+        super().__init__(client, body["deliveryId"], attachments)
+        self.call_id = body["callId"]
+        self.method = body["method"]
+        self.payload = body["payload"]
+        self.caller = body["caller"]
+        self.target = body["target"]
+        self.service_incarnation = body["serviceIncarnation"]
+        self._replied = False
+
+    def reply(self, outcome, timeout=_DEFAULT_TIMEOUT):
+        """Answers the call; returns whether the result was routed to a caller."""
+        v = self._client._request("rpc.reply", {"callId": self.call_id, "requestDeliveryId": self.delivery_id,
+                                                "outcome": _object(outcome)}, timeout)
+        self._replied = True
+        return v["routed"]
+
+    def close(self):
+        """Consumes the request; without a reply the call is released too,
+        and its caller sees CALL_GONE (dispatched)."""
+        with self._lock:
+            if self._closed:
+                return
+            release = not self._replied
+        if release:
+            self._client._fire("rpc.responder.release", {"callId": self.call_id, "requestDeliveryId": self.delivery_id})
+        super().close()
+
+
+class Service:
+    """A registered service: iterate its requests, or next(timeout=)."""
+
+    def __init__(self, client, name):
+        self._client, self.name = client, name
+        self.incarnation = None
+        self._queue = _Queue()
+        self._closed = False
+
+    def next(self, timeout=None):
+        return self._queue.next(timeout)
+
+    def __iter__(self):
+        while True:
+            try:
+                yield self.next()
+            except ClosedError:
+                return
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self, timeout=_DEFAULT_TIMEOUT):
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._client._request("service.unregister", {"name": self.name, "serviceIncarnation": self.incarnation},
+                                  timeout)
+        except ClosedError:
+            pass
+        with self._client._lock:
+            self._client._services.pop(self.name, None)
+        for r in self._queue.close(ClosedError(f"service {self.name} closed")):
+            r.close()
+
+
+class Result(_Delivery):
+    def __init__(self, client, body, attachments):
+        super().__init__(client, body["deliveryId"], attachments)
+        self.outcome = body["outcome"]
+        self.responder = body["responder"]
+        self.service_incarnation = body["serviceIncarnation"]
+
+
+class PendingCall:
+    """An admitted call. result(timeout=) may be called again after a timeout."""
+
+    def __init__(self, client):
+        self._client = client
+        self.id = self.incarnation = None
+        self._done = threading.Event()
+        self._result = self._error = None
+
+    def _finish(self, result, error):
+        if self._done.is_set():
+            if result is not None:
+                result.close()
+            return
+        self._result, self._error = result, error
+        self._done.set()
+
+    def result(self, timeout=None):
+        """The call's Result (close it), or the BusError that ended the call."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"{self.id} has no result yet")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def cancel(self, timeout=_DEFAULT_TIMEOUT):
+        """Asks the router to cancel; returns its state: "cancelled-before-dispatch",
+        "execution-unknown", "completed" or "call-gone". Unless it completed,
+        the call ends here: result() raises CallGone (not dispatched only
+        when it was cancelled before dispatch)."""
+        state = self._client._request("rpc.cancel", {"callId": self.id}, timeout)["state"]
+        if state != "completed":
+            with self._client._lock:
+                if self._client._calls.get(self.id) is self:
+                    del self._client._calls[self.id]
+            dispatch = "not-dispatched" if state == "cancelled-before-dispatch" else "unknown"
+            self._finish(None, BusError.of("CALL_GONE", "call cancelled: " + state, dispatch))
+        return state

@@ -1,0 +1,1 @@
+"""Tests of the flybus Python package; see _router for the router they run against."""

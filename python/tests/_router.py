@@ -1,0 +1,58 @@
+"""A real `flybus serve` for the tests: built once with `go build` from the
+repository, started in a temporary directory per test class."""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
+import threading
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+_built = None
+_lock = threading.Lock()
+
+
+def flybus_binary():
+    """The flybus executable: FLYBUS_BIN if set, else built once into a
+    temporary directory."""
+    global _built
+    with _lock:
+        if os.environ.get("FLYBUS_BIN"):
+            return os.environ["FLYBUS_BIN"]
+        if _built is None:
+            out = pathlib.Path(tempfile.mkdtemp(prefix="flybus-py-bin-")) / "flybus"
+            subprocess.run(["go", "build", "-o", str(out), "./cmd/flybus"], cwd=REPO, check=True)
+            _built = str(out)
+        return _built
+
+
+class Router:
+    """flybus serve --open on a socket in a fresh directory."""
+
+    def __init__(self, store_mode="files"):
+        self.dir = tempfile.mkdtemp(prefix="flybus-py-")
+        os.chmod(self.dir, 0o700)
+        self.store = os.path.join(self.dir, "store")
+        self.socket = os.path.join(self.dir, "bus.sock")
+        self.proc = subprocess.Popen(
+            [flybus_binary(), "serve", "--open", "--store", self.store, "--store-mode", store_mode,
+             "--listen", self.socket, "--log-format", "json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("flybus serve did not start: " + self.proc.stderr.read())
+        self.ready = json.loads(line)
+
+    def tool(self, *args, input=None, timeout=30):
+        """Runs a flybus tool against this router."""
+        return subprocess.run([flybus_binary(), *args], input=input, capture_output=True, text=True, timeout=timeout)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        shutil.rmtree(self.dir, ignore_errors=True)

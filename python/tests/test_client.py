@@ -1,0 +1,262 @@
+import json
+import os
+import socket
+import tempfile
+import threading
+import unittest
+
+import flybus
+from flybus import _wire
+
+from ._router import Router
+
+
+class RouterTest(unittest.TestCase):
+    """Against a real flybus serve, started once for the class."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.router = Router()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.router.stop()
+
+    def client(self, name):
+        c = flybus.connect(self.router.socket, client_id=name, store_root=self.router.store)
+        self.addCleanup(c.close)
+        return c
+
+    def test_hello(self):
+        c = self.client("py-hello")
+        self.assertEqual(c.info["routerId"], self.router.ready["routerId"])
+        self.assertEqual(c.info["contractDigest"], flybus.CONTRACT_DIGEST)
+        self.assertEqual(c.info["limits"]["maxClients"], 64)
+
+    def test_publish_and_subscribe(self):
+        pub, sub = self.client("py-pub"), self.client("py-sub")
+        pub.declare_topic("py.ps")
+        with sub.subscribe("py.ps", mode="bounded") as s:
+            for i in range(5):
+                r = pub.publish("py.ps", {"i": i, "x": [1.5, None, "é"]})
+                self.assertEqual((r.topic_sequence, r.subscribers), (i + 1, 1))
+            for i in range(5):
+                with s.next(timeout=10) as m:
+                    self.assertEqual((m.topic_sequence, m.payload), (i + 1, {"i": i, "x": [1.5, None, "é"]}))
+            with self.assertRaises(TimeoutError):
+                s.next(timeout=0.05)
+
+    def test_bounded_backpressure_and_latest_replacement(self):
+        pub, sub = self.client("py-bp-pub"), self.client("py-bp-sub")
+        pub.declare_topic("py.bp")
+        with sub.subscribe("py.bp", mode="bounded", queued=1, in_flight=1) as s:
+            pub.publish("py.bp", {"n": 1})  # delivered, not consumed
+            pub.publish("py.bp", {"n": 2})  # queued
+            with self.assertRaises(flybus.Backpressure) as cm:
+                pub.publish("py.bp", {"n": 3})
+            self.assertEqual(cm.exception.code, "BACKPRESSURE")
+            for n in (1, 2):
+                with s.next(timeout=10) as m:
+                    self.assertEqual(m.payload["n"], n)
+        pub.declare_topic("py.latest")
+        with sub.subscribe("py.latest", mode="latest", in_flight=1) as s:
+            first = s.next(timeout=10) if False else None
+            pub.publish("py.latest", {"n": 1})
+            m1 = s.next(timeout=10)  # held: the next ones coalesce behind it
+            pub.publish("py.latest", {"n": 2})
+            r = pub.publish("py.latest", {"n": 3})
+            self.assertEqual(r.replaced, 1)
+            m1.close()
+            with s.next(timeout=10) as m:
+                self.assertEqual((m.payload["n"], m.replaced), (3, 1))
+            self.assertIsNone(first)
+
+    def test_typed_errors(self):
+        c = self.client("py-errors")
+        with self.assertRaises(flybus.NoTopic):
+            c.publish("py.nobody", {})
+        with self.assertRaises(flybus.NoService) as cm:
+            c.call("py.nobody", "M", {})
+        self.assertEqual(cm.exception.dispatch, "not-dispatched")
+        with self.assertRaises(flybus.InvalidEnvelope):
+            c.declare_topic("Not A Name")
+        self.assertIsInstance(cm.exception, flybus.BusError)
+
+    def test_rpc_between_python_clients(self):
+        caller, agent = self.client("py-caller"), self.client("py-agent")
+        with agent.register("py.echo") as svc:
+            def serve():
+                for req in svc:
+                    with req:
+                        req.reply({"got": req.payload, "method": req.method, "caller": req.caller["clientId"]})
+
+            t = threading.Thread(target=serve, daemon=True)
+            t.start()
+            for i in range(3):
+                p = caller.call("py.echo", "Echo", {"i": i}, expected_incarnation=svc.incarnation)
+                with p.result(timeout=10) as res:
+                    self.assertEqual(res.outcome, {"got": {"i": i}, "method": "Echo", "caller": "py-caller"})
+                    self.assertEqual(res.responder["clientId"], "py-agent")
+        t.join(10)
+
+    def test_cancel_states(self):
+        caller, agent = self.client("py-cancel-caller"), self.client("py-cancel-agent")
+        with agent.register("py.slow", max_queued=4, max_in_flight=1) as svc:
+            first = caller.call("py.slow", "M", {"n": 1})
+            req = svc.next(timeout=10)  # dispatched, never answered
+            second = caller.call("py.slow", "M", {"n": 2})  # queued behind it
+            self.assertEqual(second.cancel(), "cancelled-before-dispatch")
+            self.assertEqual(first.cancel(), "execution-unknown")
+            req.close()
+            for p in (first, second):
+                with self.assertRaises(flybus.BusError):
+                    p.result(timeout=10)
+            self.assertEqual(first.cancel(), "call-gone")
+
+    def test_a_go_caller_calls_a_python_service(self):
+        agent = self.client("py-for-go")
+        with agent.register("py.for-go") as svc:
+            def serve():
+                with svc.next(timeout=20) as req:
+                    req.reply({"sum": sum(req.payload["xs"])})
+
+            t = threading.Thread(target=serve, daemon=True)
+            t.start()
+            out = self.router.tool("call", self.router.socket, "py.for-go", "Sum", '{"xs":[1,2,3]}')
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertEqual(json.loads(out.stdout), {"sum": 6})
+            t.join(10)
+
+    def test_go_and_python_publish_to_each_other(self):
+        c = self.client("py-interop")
+        c.declare_topic("py.interop", retained="latest")
+        with c.subscribe("py.interop", mode="bounded") as s:
+            out = self.router.tool("pub", self.router.socket, "py.interop", '{"from":"go"}')
+            self.assertEqual(out.returncode, 0, out.stderr)
+            with s.next(timeout=10) as m:
+                self.assertEqual(m.payload, {"from": "go"})
+        c.publish("py.interop", {"from": "python"})
+        out = self.router.tool("sub", self.router.socket, "py.interop", "--replay", "--count", "1")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn('"from":"python"', out.stdout.replace(" ", ""))
+
+    def test_close_releases_everything(self):
+        c = flybus.connect(self.router.socket, client_id="py-close")
+        c.declare_topic("py.close")
+        s = c.subscribe("py.close", mode="bounded")
+        c.publish("py.close", {})
+        c.close()
+        with self.assertRaises(flybus.ClosedError):
+            c.publish("py.close", {})
+        with self.assertRaises(flybus.ClosedError):
+            s.next(timeout=1)
+        # The id is free again at once: the router dropped the connection.
+        self.client("py-close").publish("py.close", {})
+
+
+class ShutdownTest(unittest.TestCase):
+    def test_a_router_shutdown_is_a_typed_error(self):
+        r = Router()
+        try:
+            c = flybus.connect(r.socket, client_id="py-shutdown")
+            c.declare_topic("py.down")
+            s = c.subscribe("py.down")
+            r.proc.terminate()
+            r.proc.wait(30)
+            # The router says so twice: subscription.closed, then the
+            # connection's closing notice.
+            with self.assertRaises(flybus.SubscriptionClosed) as cm:
+                s.next(timeout=10)
+            self.assertEqual(cm.exception.reason, "router-shutdown")
+            with self.assertRaises(flybus.RouterLost):
+                c.publish("py.down", {})
+            c.close()
+        finally:
+            r.stop()
+
+
+class FakeRouterTest(unittest.TestCase):
+    """The client against a router written here, that breaks the contract."""
+
+    def fake(self, after_hello):
+        d = tempfile.mkdtemp(prefix="flybus-py-fake-")
+        path = os.path.join(d, "fake.sock")
+        ls = socket.socket(socket.AF_UNIX)
+        ls.bind(path)
+        ls.listen(1)
+        self.addCleanup(ls.close)
+
+        def run():
+            conn, _ = ls.accept()
+            with conn:
+                fr = _wire.FrameReader(conn)
+                hello = _wire.loads(fr.read_frame())
+                value = {"routerId": "router-00000000000000aa", "connectionId": "conn-1", "selectedMajor": 1,
+                         "selectedMinor": 0, "contractDigest": flybus.CONTRACT_DIGEST,
+                         "limits": {k: (str(v) if isinstance(v, str) else v) for k, v in LIMITS.items()}}
+                conn.sendall(_wire.frame(_wire.dumps(reply(1, hello["id"], "bus.hello", value))))
+                cmd = _wire.loads(fr.read_frame())
+                conn.sendall(after_hello(cmd))
+                while fr.read_frame() is not None:
+                    pass
+
+        threading.Thread(target=run, daemon=True).start()
+        return flybus.connect(path, client_id="py-victim")
+
+    def test_violations_close_the_client(self):
+        ok = {"cleared": True}
+        cases = {
+            "duplicate key": lambda cmd: _wire.frame(_wire.dumps(reply(2, cmd["id"], "topic.clear", ok))[:-1] +
+                                                     b',"kind":"reply"}'),
+            "ids must increase": lambda cmd: _wire.frame(_wire.dumps(reply(1, cmd["id"], "topic.clear", ok))),
+            "wrong reply op": lambda cmd: _wire.frame(_wire.dumps(reply(2, cmd["id"], "topic.delete", {"deleted": True}))),
+            "unknown command": lambda cmd: _wire.frame(_wire.dumps(reply(2, "msg-99", "topic.clear", ok))),
+            "NaN": lambda cmd: _wire.frame(_wire.dumps(reply(2, cmd["id"], "topic.clear", ok)).replace(b"true", b"NaN", 1)),
+            "invalid UTF-8": lambda cmd: _wire.frame(_wire.dumps(reply(2, cmd["id"], "topic.clear", ok)).replace(
+                b'"bus-2"', b'"bus-\xff"')),
+            "frame too long": lambda cmd: (70000).to_bytes(4, "little"),
+        }
+        for name, answer in cases.items():
+            with self.subTest(name):
+                c = self.fake(answer)
+                with self.assertRaises(flybus.ProtocolError):
+                    c.clear_topic("t")
+                c.close()
+
+    def test_a_foreign_contract_is_refused(self):
+        d = tempfile.mkdtemp(prefix="flybus-py-fake-")
+        path = os.path.join(d, "fake.sock")
+        ls = socket.socket(socket.AF_UNIX)
+        ls.bind(path)
+        ls.listen(1)
+        self.addCleanup(ls.close)
+
+        def run():
+            conn, _ = ls.accept()
+            with conn:
+                hello = _wire.loads(_wire.FrameReader(conn).read_frame())
+                value = {"routerId": "router-00000000000000aa", "connectionId": "conn-1", "selectedMajor": 1,
+                         "selectedMinor": 0, "contractDigest": "0" * 64, "limits": LIMITS}
+                conn.sendall(_wire.frame(_wire.dumps(reply(1, hello["id"], "bus.hello", value))))
+
+        threading.Thread(target=run, daemon=True).start()
+        with self.assertRaises(flybus.ProtocolError) as cm:
+            flybus.connect(path, client_id="py-victim")
+        self.assertIn("contract digest", str(cm.exception))
+
+
+LIMITS = {"maxEnvelopeBytes": "65536", "maxAttachments": 32, "maxBatch": 64, "maxClients": 64, "maxServices": 256,
+          "maxTopics": 512, "maxSubscriptionsPerClient": 128, "maxSubscriptions": 1024, "maxActiveCallsPerClient": 64,
+          "maxServiceQueued": 16, "maxServiceInFlight": 16, "maxLatestInFlight": 2, "maxBoundedQueued": 64,
+          "maxBoundedInFlight": 16, "maxOwnersPerClient": 256, "reservedOwnersPerClient": 64, "maxControlFrames": 128,
+          "maxStoreBytes": "536870912", "maxArtifactBytes": "134217728", "maxRetainedBytes": "134217728",
+          "maxQueuedBytesPerClient": "1048576", "maxControlBytes": "1048576"}
+
+
+def reply(bus, msg_id, op, value):
+    return {"protocol": "flybus", "major": 1, "minor": 0, "id": f"bus-{bus}", "replyTo": msg_id, "kind": "reply",
+            "op": op, "body": {"ok": True, "value": value}, "attachments": []}
+
+
+if __name__ == "__main__":
+    unittest.main()
