@@ -16,6 +16,7 @@ import socket
 import threading
 
 from . import _wire
+from .artifacts import Artifact, ArtifactWriter, _Guard
 from ._contract import CONTRACT_DIGEST
 from .errors import BusError, ClosedError, FlybusError, ProtocolError, SubscriptionClosed
 
@@ -192,7 +193,7 @@ class Client:
 
     # ---- writing -----------------------------------------------------
 
-    def _command_frame(self, op, body, waiter, register=True):
+    def _command_frame(self, op, body, waiter, register=True, attachments=()):
         with self._lock:
             if self._lost is not None:
                 raise self._lost
@@ -200,26 +201,26 @@ class Client:
             n = self._next_msg
             if register:
                 self._waiters[n] = waiter
-        return _wire.command(n, op, body)
+        return _wire.command(n, op, body, attachments)
 
     def _write(self, data):
         with self._wlock:
             self._sock.sendall(data)
 
-    def _send(self, op, body, waiter):
+    def _send(self, op, body, waiter, attachments=()):
         """Queues op and writes it; command ids increase in write order
         because both happen under the write lock."""
         with self._wlock:
-            frame = self._command_frame(op, body, waiter)
+            frame = self._command_frame(op, body, waiter, attachments=attachments)
             try:
                 self._sock.sendall(frame)
             except OSError as e:
                 self._fail(ClosedError(f"writing to the router failed: {e}"))
                 raise self._lost from None
 
-    def _request(self, op, body, timeout=_DEFAULT_TIMEOUT, orphan=None):
+    def _request(self, op, body, timeout=_DEFAULT_TIMEOUT, orphan=None, attachments=()):
         w = _Waiter(op)
-        self._send(op, body, w)
+        self._send(op, body, w, attachments)
         if not w.done.wait(timeout):
             with self._lock:
                 if not w.done.is_set():
@@ -335,6 +336,52 @@ class Client:
     def _consume(self, delivery_id):
         self._fire("delivery.consumed", {"deliveryIds": [delivery_id]})
 
+    def _hold_guard(self, owner):
+        return _Guard(owner, lambda: self._fire("artifact.release", {"ownerIds": [owner]}))
+
+    def _store_root(self):
+        if not self.store_root:
+            raise FlybusError("artifacts need store_root, the directory the router keeps its store under "
+                              "(flybus serve --store DIR)")
+        return self.store_root
+
+    # ---- artifacts ---------------------------------------------------
+
+    def allocate(self, size, content_type, timeout=_DEFAULT_TIMEOUT):
+        """Reserves a staging file of exactly size bytes (zeros until
+        written) and returns its writer."""
+        self._store_root()
+        if size < 0:
+            raise ValueError(f"negative artifact size {size}")
+
+        def orphan(v, err):  # granted after the caller gave up: give it back
+            if err is None:
+                self._fire("artifact.release", {"ownerIds": [v["ownerId"]]})
+
+        v = self._request("artifact.allocate", {"byteLength": str(size), "contentType": content_type}, timeout, orphan)
+        try:
+            return ArtifactWriter(self, v, size, content_type)
+        except OSError:
+            self._fire("artifact.release", {"ownerIds": [v["ownerId"]]})
+            raise
+
+    def _attachments(self, attachments):
+        """The wire form of {name: Artifact}, each artifact's owner held for
+        the admission; returns it and the function that lets go."""
+        held, out = [], []
+        try:
+            for name, a in (attachments or {}).items():
+                if not isinstance(a, Artifact):
+                    raise TypeError(f"attachment {name!r} is not an Artifact")
+                a._take()
+                held.append(a)
+                out.append({"name": name, "ref": a.ref, "ownerId": a.owner})
+        except BaseException:
+            for a in held:
+                a._guard.drop()
+            raise
+        return out, lambda: [a._guard.drop() for a in held]
+
     # ---- pub/sub -----------------------------------------------------
 
     def declare_topic(self, name, retained="none", timeout=_DEFAULT_TIMEOUT):
@@ -347,9 +394,14 @@ class Client:
     def delete_topic(self, name, timeout=_DEFAULT_TIMEOUT):
         return self._request("topic.delete", {"name": name}, timeout)["deleted"]
 
-    def publish(self, topic, payload, timeout=_DEFAULT_TIMEOUT):
-        """Admits one message; returns a Receipt."""
-        v = self._request("publish", {"topic": topic, "payload": _object(payload)}, timeout)
+    def publish(self, topic, payload, attachments=None, timeout=_DEFAULT_TIMEOUT):
+        """Admits one message carrying attachments ({name: Artifact}: fan-out
+        adds owners, never bytes); returns a Receipt."""
+        atts, done = self._attachments(attachments)
+        try:
+            v = self._request("publish", {"topic": topic, "payload": _object(payload)}, timeout, attachments=atts)
+        finally:
+            done()
         return Receipt(int(v["topicSequence"]), int(v["subscribers"]), int(v["replaced"]))
 
     def subscribe(self, topic, mode="latest", queued=None, in_flight=None, replay=False, timeout=_DEFAULT_TIMEOUT):
@@ -399,8 +451,16 @@ class Client:
         svc.incarnation = v["serviceIncarnation"]
         return svc
 
-    def call(self, target, method, payload, expected_incarnation=None, timeout=_DEFAULT_TIMEOUT):
-        """Admits a call; returns a PendingCall."""
+    def call(self, target, method, payload, attachments=None, expected_incarnation=None, timeout=_DEFAULT_TIMEOUT):
+        """Admits a call carrying attachments ({name: Artifact}); returns a
+        PendingCall."""
+        atts, done = self._attachments(attachments)
+        try:
+            return self._call(target, method, payload, atts, expected_incarnation, timeout)
+        finally:
+            done()
+
+    def _call(self, target, method, payload, atts, expected_incarnation, timeout):
         p = PendingCall(self)
         body = {"callId": "", "target": target, "expectedIncarnation": expected_incarnation, "method": method,
                 "payload": _object(payload)}
@@ -412,7 +472,7 @@ class Client:
                 self._next_call += 1
                 p.id = body["callId"] = f"call-{self._next_call}"
                 self._calls[p.id] = p
-            frame = self._command_frame("rpc.call", body, w)
+            frame = self._command_frame("rpc.call", body, w, attachments=atts)
             self._sock.sendall(frame)
         if not w.done.wait(timeout):
             raise TimeoutError("rpc.call was not answered within the timeout")
@@ -434,13 +494,15 @@ Receipt = collections.namedtuple("Receipt", "topic_sequence subscribers replaced
 
 
 class _Delivery:
-    """A delivery the program holds: closed once, which consumes it."""
+    """A delivery the program holds. It is consumed once this handle and
+    every artifact taken from it are closed."""
 
     def __init__(self, client, delivery_id, attachments):
         self._client, self.delivery_id = client, delivery_id
         self._attachments = attachments
         self._closed = False
         self._lock = threading.Lock()
+        self._guard = _Guard(delivery_id, lambda: client._consume(delivery_id))
 
     def __enter__(self):
         return self
@@ -453,11 +515,23 @@ class _Delivery:
             if self._closed:
                 return
             self._closed = True
-        self._client._consume(self.delivery_id)
+        self._guard.drop()
 
     @property
     def attachments(self):
         return [a["name"] for a in self._attachments]
+
+    def artifact(self, name):
+        """The attached artifact name, sharing this delivery: take it before
+        closing the delivery, close it when done."""
+        if self._closed:
+            raise ValueError("this delivery was already closed")
+        for a in self._attachments:
+            if a["name"] == name:
+                if not self._guard.add():
+                    raise ValueError("this delivery was already closed")
+                return Artifact(self._client, a["ref"], self._guard)
+        raise KeyError(f"no attachment {name!r} (it carries {self.attachments})")
 
 
 class Message(_Delivery):
@@ -521,10 +595,15 @@ class Request(_Delivery):
         self.service_incarnation = body["serviceIncarnation"]
         self._replied = False
 
-    def reply(self, outcome, timeout=_DEFAULT_TIMEOUT):
-        """Answers the call; returns whether the result was routed to a caller."""
-        v = self._client._request("rpc.reply", {"callId": self.call_id, "requestDeliveryId": self.delivery_id,
-                                                "outcome": _object(outcome)}, timeout)
+    def reply(self, outcome, attachments=None, timeout=_DEFAULT_TIMEOUT):
+        """Answers the call, with attachments ({name: Artifact}); returns
+        whether the result was routed to a caller."""
+        atts, done = self._client._attachments(attachments)
+        try:
+            v = self._client._request("rpc.reply", {"callId": self.call_id, "requestDeliveryId": self.delivery_id,
+                                                    "outcome": _object(outcome)}, timeout, attachments=atts)
+        finally:
+            done()
         self._replied = True
         return v["routed"]
 

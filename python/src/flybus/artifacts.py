@@ -1,0 +1,265 @@
+"""Artifacts: immutable bytes in the router's store, read through mappings.
+
+A producer allocates a staging file, fills it (write, write_at, or the
+writable buffer()) and seals it; the router proves no writer is left
+before the bytes count as immutable. A consumer takes an Artifact from a
+message, request or result (sharing that delivery: the delivery is
+consumed once the message and every artifact taken from it are closed)
+and reads it through view(), a read-only memoryview of a mapping that
+cannot outlive the artifact: leaving the view while the program still
+holds a slice of it, or an array made from it, raises BufferError and
+keeps the artifact owned.
+
+Every view maps the file of its own (on Python 3.11 a shared, cached
+mapping could not see what the program exported from it); files are
+opened beneath the store root without following a symbolic link.
+"""
+
+import hashlib
+import mmap
+import os
+import threading
+
+
+class _Guard:
+    """One owner on the router (a delivery or a hold) shared by handles; the
+    last handle to let go releases it."""
+
+    def __init__(self, owner, release):
+        self.owner, self._release = owner, release
+        self._refs = 1
+        self._lock = threading.Lock()
+
+    def add(self):
+        with self._lock:
+            if self._refs == 0:
+                return False
+            self._refs += 1
+            return True
+
+    def drop(self):
+        with self._lock:
+            self._refs -= 1
+            last = self._refs == 0
+        if last:
+            self._release()
+
+
+def _open_beneath(root, store_id, rel_path, flags):
+    """Opens store_id/rel_path under root one component at a time with
+    O_NOFOLLOW; the result must be a regular file."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        parts = [store_id] + rel_path.split("/")
+        for part in parts[:-1]:
+            nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        f = os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=fd)
+    finally:
+        os.close(fd)
+    import stat
+
+    if not stat.S_ISREG(os.fstat(f).st_mode):
+        os.close(f)
+        raise OSError(f"{store_id}/{rel_path} is not a regular file")
+    os.set_blocking(f, True)
+    return f
+
+
+class ArtifactWriter:
+    """A staging file being filled. Seal it, or leave its context (or close
+    it) to abandon it."""
+
+    def __init__(self, client, value, size, content_type):
+        self._client = client
+        self.artifact_id = value["artifactId"]
+        self.generation = value["generation"]
+        self.owner = value["ownerId"]
+        self.size, self.content_type = size, content_type
+        loc = value["writeLocation"]
+        self._store_id = loc["storeId"]
+        self._fd = _open_beneath(client._store_root(), loc["storeId"], loc["relativePath"], os.O_RDWR)
+        self._map = None
+        self._off = 0
+        self._done = False
+        self._lock = threading.Lock()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _live(self):
+        if self._done:
+            raise ValueError("this artifact writer was already sealed or closed")
+
+    def write(self, data):
+        with self._lock:
+            n = self._write_at(data, self._off)
+            self._off += n
+            return n
+
+    def write_at(self, data, offset):
+        with self._lock:
+            return self._write_at(data, offset)
+
+    def _write_at(self, data, offset):
+        self._live()
+        if not 0 <= offset <= self.size or offset + len(data) > self.size:
+            raise ValueError(f"a write of {len(data)} bytes at {offset} is outside the artifact's {self.size}")
+        return os.pwrite(self._fd, data, offset)
+
+    def buffer(self):
+        """A writable memoryview of the staging file, valid until seal."""
+        with self._lock:
+            self._live()
+            if self._map is None:
+                self._map = mmap.mmap(self._fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            return memoryview(self._map)
+
+    def _end(self):
+        with self._lock:
+            self._live()
+            if self._map is not None:
+                self._map.close()  # BufferError while the program holds the buffer: it must let go first
+                self._map = None
+            self._done = True
+            os.close(self._fd)
+
+    def seal(self, digest=None, timeout=10.0):
+        """Makes the bytes immutable; returns the Artifact, held by the
+        writer's id. digest, 64 lowercase hex digits of SHA-256, has the
+        router check the bytes (ARTIFACT_MISMATCH)."""
+        self._end()
+        c = self._client
+        body = {"artifactId": self.artifact_id, "generation": self.generation, "ownerId": self.owner, "digest": digest}
+        try:
+            v = c._request("artifact.seal", body, timeout)
+        except Exception:
+            c._fire("artifact.release", {"ownerIds": [self.owner]})
+            raise
+        return Artifact(c, v["ref"], c._hold_guard(v["ownerId"]))
+
+    def close(self):
+        """Abandons an unsealed writer; a no-op after seal."""
+        with self._lock:
+            if self._done:
+                return
+        self._end()
+        self._client._fire("artifact.release", {"ownerIds": [self.owner]})
+
+
+class Artifact:
+    """A read-only handle on an immutable artifact."""
+
+    def __init__(self, client, ref, guard):
+        self._client, self.ref, self._guard = client, ref, guard
+        self._closed = False
+
+    @property
+    def owner(self):
+        return self._guard.owner
+
+    @property
+    def size(self):
+        return int(self.ref["byteLength"])
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        if not self._closed:
+            self._closed = True
+            self._guard.drop()
+
+    def _take(self):
+        if self._closed or not self._guard.add():
+            raise ValueError("this artifact was already closed")
+
+    def _open(self, timeout):
+        c = self._client
+        v = c._request("artifact.open", {"ref": self.ref, "ownerId": self.owner}, timeout)
+        loc = v["readLocation"]
+        return _open_beneath(c._store_root(), loc["storeId"], loc["relativePath"], os.O_RDONLY)
+
+    def retain(self, timeout=10.0):
+        """An independent hold on the artifact, which outlives this handle."""
+        self._take()
+        try:
+            v = self._client._request("artifact.retain", {"ref": self.ref, "ownerId": self.owner}, timeout)
+        finally:
+            self._guard.drop()
+        return Artifact(self._client, self.ref, self._client._hold_guard(v["ownerId"]))
+
+    def read_all(self, timeout=10.0):
+        """A copy of the bytes."""
+        self._take()
+        try:
+            fd = self._open(timeout)
+            try:
+                if os.fstat(fd).st_size != self.size:
+                    raise OSError(f"{self.ref['artifactId']}'s file does not hold its {self.size} bytes")
+                return os.pread(fd, self.size, 0) if self.size else b""
+            finally:
+                os.close(fd)
+        finally:
+            self._guard.drop()
+
+    def view(self, timeout=10.0):
+        """A context manager yielding a read-only memoryview of the bytes."""
+        return View(self, timeout)
+
+    def digest(self, timeout=10.0):
+        """The SHA-256 of the bytes, read through a view."""
+        with self.view(timeout) as mv:
+            return hashlib.sha256(mv).hexdigest()
+
+
+class View:
+    """A read-only mapping of an artifact, holding its owner until closed."""
+
+    def __init__(self, artifact, timeout):
+        self._artifact, self._timeout = artifact, timeout
+        self._map = self._mv = None
+
+    def __enter__(self):
+        a = self._artifact
+        a._take()
+        try:
+            if a.size == 0:
+                self._mv = memoryview(b"")
+                return self._mv
+            fd = a._open(self._timeout)
+            try:
+                self._map = mmap.mmap(fd, a.size, mmap.MAP_SHARED, mmap.PROT_READ)
+            finally:
+                os.close(fd)  # the mapping keeps the pages
+        except BaseException:
+            a._guard.drop()
+            raise
+        self._mv = memoryview(self._map)
+        return self._mv
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        """Unmaps and lets go of the artifact. While the program still holds
+        bytes exported from the view, raises BufferError and keeps both: a
+        pointer into the mapping never outlives its artifact."""
+        if self._mv is None:
+            return
+        if self._map is not None:
+            self._mv.release()
+            try:
+                self._map.close()
+            except BufferError:
+                raise BufferError("the view's bytes are still referenced (a slice of it, or an array made from it): "
+                                  "drop them, then close the view again; the artifact stays owned meanwhile") from None
+        self._mv = self._map = None
+        self._artifact._guard.drop()

@@ -1,0 +1,136 @@
+import hashlib
+import os
+import tempfile
+import unittest
+
+import flybus
+
+from ._router import Router
+
+
+class ArtifactTests:
+    """Run in each store mode (the subclasses below)."""
+
+    mode = "files"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.router = Router(store_mode=cls.mode)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.router.stop()
+
+    def client(self, name):
+        c = flybus.connect(self.router.socket, client_id=f"{name}-{self.mode}", store_root=self.router.store)
+        self.addCleanup(c.close)
+        return c
+
+    def produce(self, c, data, digest=True):
+        with c.allocate(len(data), "image/x-rgba") as w:
+            w.write_at(data[:100], 0)
+            w.write_at(data[100:], 100)
+            return w.seal(digest=hashlib.sha256(data).hexdigest() if digest else None)
+
+    def test_a_python_frame_read_through_a_python_view(self):
+        prod, cons = self.client("py-prod"), self.client("py-cons")
+        prod.declare_topic("py.frames")
+        data = os.urandom(640 * 480 * 4)
+        with cons.subscribe("py.frames", mode="bounded") as sub:
+            for i in range(3):
+                with self.produce(prod, data) as a:
+                    prod.publish("py.frames", {"i": i}, attachments={"frame": a})
+                with sub.next(timeout=10) as m:
+                    art = m.artifact("frame")
+                with art:
+                    self.assertEqual(art.ref["digest"], hashlib.sha256(data).hexdigest())
+                    with art.view() as mv:
+                        self.assertTrue(mv.readonly)
+                        self.assertEqual(hashlib.sha256(mv).digest(), hashlib.sha256(data).digest())
+
+    def test_a_view_cannot_outlive_its_artifact(self):
+        prod, cons = self.client("py-prod2"), self.client("py-cons2")
+        prod.declare_topic("py.keep")
+        data = os.urandom(8192)
+        with cons.subscribe("py.keep", mode="bounded") as sub:
+            with self.produce(prod, data) as a:
+                prod.publish("py.keep", {}, attachments={"frame": a})
+            m = sub.next(timeout=10)
+            art = m.artifact("frame")
+            m.close()
+            art.close()  # the delivery is consumed: a view of it is refused
+            with self.assertRaises(ValueError):
+                art.view().__enter__()
+        with cons.subscribe("py.keep", mode="bounded") as sub:
+            with self.produce(prod, data) as a:
+                prod.publish("py.keep", {}, attachments={"frame": a})
+            with sub.next(timeout=10) as m, m.artifact("frame") as art:
+                v = art.view()
+                mv = v.__enter__()
+                kept = mv[10:20]
+                with self.assertRaises(BufferError):
+                    v.close()
+                self.assertEqual(bytes(kept), data[10:20])  # still mapped, still owned
+                del kept
+                v.close()
+
+    def test_a_writer_abandoned_and_a_buffer_fill(self):
+        c = self.client("py-writer")
+        with c.allocate(4096, "x/y") as w:
+            w.write(b"never sealed")
+        w = c.allocate(4096, "x/y")
+        buf = w.buffer()
+        buf[:5] = b"hello"
+        with self.assertRaises(BufferError):  # the buffer is still held: the seal refuses
+            w.seal()
+        buf.release()
+        w.close()
+        w2 = c.allocate(16, "x/y")
+        b2 = w2.buffer()
+        b2[:3] = b"abc"
+        b2.release()
+        with w2.seal() as a:
+            self.assertEqual(a.read_all()[:3], b"abc")
+            with a.retain() as held:
+                self.assertEqual(held.ref, a.ref)
+
+    def test_a_go_producers_frame_in_python(self):
+        cons = self.client("py-from-go")
+        cons.declare_topic("py.go-frames")
+        data = os.urandom(100_000)
+        with tempfile.NamedTemporaryFile() as f, cons.subscribe("py.go-frames", mode="bounded") as sub:
+            f.write(data)
+            f.flush()
+            out = self.router.tool("pub", self.router.socket, "py.go-frames", "{}", "--artifact", f"frame={f.name}",
+                                   "--store", self.router.store)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            with sub.next(timeout=10) as m, m.artifact("frame") as art:
+                self.assertEqual(art.digest(), hashlib.sha256(data).hexdigest())
+
+    def test_a_python_frame_saved_by_a_go_subscriber(self):
+        prod = self.client("py-to-go")
+        prod.declare_topic("py.to-go", retained="latest")
+        data = os.urandom(50_000)
+        with self.produce(prod, data) as a:
+            prod.publish("py.to-go", {"from": "python"}, attachments={"frame": a})
+        with tempfile.TemporaryDirectory() as d:
+            out = self.router.tool("sub", self.router.socket, "py.to-go", "--replay", "--count", "1",
+                                   "--save-artifacts", d, "--store", self.router.store)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            saved = os.listdir(d)
+            self.assertEqual(len(saved), 1, saved)
+            with open(os.path.join(d, saved[0]), "rb") as f:
+                self.assertEqual(f.read(), data)
+        prod.clear_topic("py.to-go")
+
+
+class FilesModeTest(ArtifactTests, unittest.TestCase):
+    mode = "files"
+
+
+class PoolModeTest(ArtifactTests, unittest.TestCase):
+    mode = "pool"
+
+
+if __name__ == "__main__":
+    unittest.main()
