@@ -12,9 +12,11 @@ library only.
 """
 
 from ._contract import CONTRACT, CONTRACT_DIGEST
-from .client import Client, Message, PendingCall, Receipt, Request, Result, Service, Subscription, connect
+from .artifacts import Artifact, ArtifactWriter, View
+from .client import Client, Message, PendingCall, Receipt, Request, Responder, Result, Service, Subscription, connect
 from .errors import *  # noqa: F401,F403 (one class per error code)
 from .errors import BusError, ClosedError, FlybusError, ProtocolError, SubscriptionClosed, WireError
 
-__all__ = ["connect", "Client", "Message", "PendingCall", "Receipt", "Request", "Result", "Service", "Subscription",
+__all__ = ["connect", "Client", "Message", "PendingCall", "Receipt", "Request", "Responder", "Result", "Service",
+           "Subscription", "Artifact", "ArtifactWriter", "View",
            "BusError", "ClosedError", "FlybusError", "ProtocolError", "SubscriptionClosed", "WireError", "CONTRACT", "CONTRACT_DIGEST"]

@@ -16,9 +16,29 @@ opened beneath the store root without following a symbolic link.
 """
 
 import hashlib
+import logging
 import mmap
 import os
 import threading
+import weakref
+
+_log = logging.getLogger("flybus")
+
+
+def watch(client, handle, what, release):
+    """The safety net of a handle the program forgets to close: when it is
+    collected unclosed, release (which must not refer to the handle) gives
+    back what it held, counted in client.stats()["leaked"]. Correctness
+    never depends on it: collection may come late or not at all."""
+    return weakref.finalize(handle, _leaked, client, what, release)
+
+
+def _leaked(client, what, release):
+    if client._lost is not None:
+        return  # the connection has ended: the router released everything
+    _log.warning("flybus: a %s was garbage-collected without close; released what it held", what)
+    client._count("leaked")
+    release()
 
 
 class _Guard:
@@ -84,6 +104,9 @@ class ArtifactWriter:
         self._off = 0
         self._done = False
         self._lock = threading.Lock()
+        fd, owner = self._fd, self.owner
+        self._net = watch(client, self, "ArtifactWriter",
+                          lambda: (os.close(fd), client._fire("artifact.release", {"ownerIds": [owner]})))
 
     def __enter__(self):
         return self
@@ -126,6 +149,7 @@ class ArtifactWriter:
                 self._map.close()  # BufferError while the program holds the buffer: it must let go first
                 self._map = None
             self._done = True
+            self._net.detach()
             os.close(self._fd)
 
     def seal(self, digest=None, timeout=10.0):
@@ -157,6 +181,7 @@ class Artifact:
     def __init__(self, client, ref, guard):
         self._client, self.ref, self._guard = client, ref, guard
         self._closed = False
+        self._net = watch(client, self, "Artifact", guard.drop)
 
     @property
     def owner(self):
@@ -175,6 +200,7 @@ class Artifact:
     def close(self):
         if not self._closed:
             self._closed = True
+            self._net.detach()
             self._guard.drop()
 
     def _take(self):
@@ -243,6 +269,8 @@ class View:
             a._guard.drop()
             raise
         self._mv = memoryview(self._map)
+        m, g = self._map, a._guard
+        self._net = watch(a._client, self, "View", lambda: (_unmap(m), g.drop()))
         return self._mv
 
     def __exit__(self, *exc):
@@ -262,4 +290,13 @@ class View:
                 raise BufferError("the view's bytes are still referenced (a slice of it, or an array made from it): "
                                   "drop them, then close the view again; the artifact stays owned meanwhile") from None
         self._mv = self._map = None
+        if getattr(self, "_net", None) is not None:
+            self._net.detach()
         self._artifact._guard.drop()
+
+
+def _unmap(m):
+    try:
+        m.close()
+    except BufferError:
+        pass  # something still exports its bytes: the mapping stays until that goes

@@ -16,7 +16,7 @@ import socket
 import threading
 
 from . import _wire
-from .artifacts import Artifact, ArtifactWriter, _Guard
+from .artifacts import Artifact, ArtifactWriter, _Guard, watch
 from ._contract import CONTRACT_DIGEST
 from .errors import BusError, ClosedError, FlybusError, ProtocolError, SubscriptionClosed
 
@@ -503,6 +503,10 @@ class _Delivery:
         self._closed = False
         self._lock = threading.Lock()
         self._guard = _Guard(delivery_id, lambda: client._consume(delivery_id))
+        self._net = watch(client, self, type(self).__name__, self._release_fn())
+
+    def _release_fn(self):
+        return self._guard.drop
 
     def __enter__(self):
         return self
@@ -515,6 +519,7 @@ class _Delivery:
             if self._closed:
                 return
             self._closed = True
+        self._net.detach()
         self._guard.drop()
 
     @property
@@ -584,8 +589,47 @@ class Subscription:
             pass
 
 
+class _ReplyCap:
+    """A request's reply capability, shared by the Request and its
+    Responders: one reply at most; the last of them to close without a
+    reply releases the call (its caller sees CALL_GONE, dispatched)."""
+
+    def __init__(self, client, call_id, delivery_id):
+        self._client, self.call_id, self.delivery_id = client, call_id, delivery_id
+        self._lock = threading.Lock()
+        self._refs, self._replied = 1, False
+
+    def add(self):
+        with self._lock:
+            if self._refs == 0:
+                return False
+            self._refs += 1
+            return True
+
+    def drop(self):
+        with self._lock:
+            self._refs -= 1
+            release = self._refs == 0 and not self._replied
+        if release:
+            self._client._fire("rpc.responder.release", {"callId": self.call_id, "requestDeliveryId": self.delivery_id})
+
+    def reply(self, outcome, attachments, timeout):
+        atts, done = self._client._attachments(attachments)
+        try:
+            v = self._client._request("rpc.reply", {"callId": self.call_id, "requestDeliveryId": self.delivery_id,
+                                                    "outcome": _object(outcome)}, timeout, attachments=atts)
+        finally:
+            done()
+        with self._lock:
+            self._replied = True
+        return v["routed"]
+
+
 class Request(_Delivery):
+    """A call delivered to a service. Closing it consumes the request."""
+
     def __init__(self, client, body, attachments):
+        self._cap = _ReplyCap(client, body["callId"], body["deliveryId"])
         super().__init__(client, body["deliveryId"], attachments)
         self.call_id = body["callId"]
         self.method = body["method"]
@@ -593,30 +637,62 @@ class Request(_Delivery):
         self.caller = body["caller"]
         self.target = body["target"]
         self.service_incarnation = body["serviceIncarnation"]
-        self._replied = False
+
+    def _release_fn(self):
+        guard, cap = self._guard, self._cap
+        return lambda: (cap.drop(), guard.drop())
 
     def reply(self, outcome, attachments=None, timeout=_DEFAULT_TIMEOUT):
         """Answers the call, with attachments ({name: Artifact}); returns
         whether the result was routed to a caller."""
-        atts, done = self._client._attachments(attachments)
-        try:
-            v = self._client._request("rpc.reply", {"callId": self.call_id, "requestDeliveryId": self.delivery_id,
-                                                    "outcome": _object(outcome)}, timeout, attachments=atts)
-        finally:
-            done()
-        self._replied = True
-        return v["routed"]
+        if self._closed:
+            raise ValueError("this request was already closed; reply through a Responder taken before")
+        return self._cap.reply(outcome, attachments, timeout)
+
+    def responder(self):
+        """A handle that can reply after the Request is closed (its delivery
+        consumed, the service's credit returned). Close it when done."""
+        if self._closed or not self._cap.add():
+            raise ValueError("this request was already closed")
+        return Responder(self._cap)
 
     def close(self):
-        """Consumes the request; without a reply the call is released too,
-        and its caller sees CALL_GONE (dispatched)."""
+        """Consumes the request; if neither it nor a Responder replied, the
+        last of them to close releases the call."""
         with self._lock:
             if self._closed:
                 return
-            release = not self._replied
-        if release:
-            self._client._fire("rpc.responder.release", {"callId": self.call_id, "requestDeliveryId": self.delivery_id})
-        super().close()
+            self._closed = True
+        self._net.detach()
+        self._cap.drop()
+        self._guard.drop()
+
+
+class Responder:
+    """Replies to a request after the Request itself was closed."""
+
+    def __init__(self, cap):
+        self._cap = cap
+        self._closed = False
+        self.call_id = cap.call_id
+        self._net = watch(cap._client, self, "Responder", cap.drop)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def reply(self, outcome, attachments=None, timeout=_DEFAULT_TIMEOUT):
+        if self._closed:
+            raise ValueError("this responder was already closed")
+        return self._cap.reply(outcome, attachments, timeout)
+
+    def close(self):
+        if not self._closed:
+            self._closed = True
+            self._net.detach()
+            self._cap.drop()
 
 
 class Service:
