@@ -1,0 +1,23 @@
+import os
+import subprocess
+import sys
+import unittest
+
+from ._router import REPO, flybus_binary
+
+
+class FramesExampleTest(unittest.TestCase):
+    def test_frames_example_in_both_store_modes(self):
+        for mode in ("files", "pool"):
+            with self.subTest(mode):
+                out = subprocess.run([sys.executable, os.path.join(REPO, "python", "examples", "frames.py"),
+                                      "--flybus", flybus_binary(), "--store-mode", mode],
+                                     capture_output=True, text=True, timeout=120)
+                self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+                self.assertIn("python viewer: 60 frames seen, 60 digests matched", out.stdout)
+                self.assertIn("go subscriber: 60 frames saved, 60 digests matched", out.stdout)
+                self.assertIn("router: 60 artifacts collected, 0 left", out.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
