@@ -1,5 +1,6 @@
 import hashlib
 import os
+import pickle
 import tempfile
 import unittest
 
@@ -72,6 +73,14 @@ class ArtifactTests:
                     v.close()
                 self.assertEqual(bytes(kept), data[10:20])  # still mapped, still owned
                 del kept
+                v.close()
+                # What numpy.frombuffer(mv) does: hold an export of the view.
+                v = art.view()
+                held = pickle.PickleBuffer(v.__enter__())
+                with self.assertRaises(BufferError):
+                    v.close()
+                self.assertEqual(bytes(held.raw()[:4]), data[:4])
+                held.release()
                 v.close()
 
     def test_a_writer_abandoned_and_a_buffer_fill(self):

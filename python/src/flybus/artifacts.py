@@ -283,8 +283,11 @@ class View:
         if self._mv is None:
             return
         if self._map is not None:
-            self._mv.release()
             try:
+                # Either refuses while something holds the bytes: an export
+                # of the view itself (numpy.frombuffer(mv)), or a slice, an
+                # export of the mapping.
+                self._mv.release()
                 self._map.close()
             except BufferError:
                 raise BufferError("the view's bytes are still referenced (a slice of it, or an array made from it): "
