@@ -28,6 +28,20 @@ def flybus_binary():
         return _built
 
 
+_built_service = None
+
+
+def goservice_binary():
+    """internal/goservice, the Go service peer, built once."""
+    global _built_service
+    with _lock:
+        if _built_service is None:
+            out = pathlib.Path(tempfile.mkdtemp(prefix="flybus-py-bin-")) / "goservice"
+            subprocess.run(["go", "build", "-o", str(out), "./internal/goservice"], cwd=REPO, check=True)
+            _built_service = str(out)
+        return _built_service
+
+
 class Router:
     """flybus serve --open on a socket in a fresh directory."""
 
@@ -48,6 +62,16 @@ class Router:
     def tool(self, *args, input=None, timeout=30):
         """Runs a flybus tool against this router."""
         return subprocess.run([flybus_binary(), *args], input=input, capture_output=True, text=True, timeout=timeout)
+
+    def go_service(self, name):
+        """Starts internal/goservice serving name; returns the process once
+        it is registered. Closing its stdin stops it."""
+        p = subprocess.Popen([goservice_binary(), "--socket", self.socket, "--store", self.store, "--name", name],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if p.stdout.readline().strip() != "ready":
+            p.kill()
+            raise RuntimeError("goservice did not start: " + p.stderr.read())
+        return p
 
     def stop(self):
         if self.proc.poll() is None:

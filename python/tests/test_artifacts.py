@@ -133,6 +133,27 @@ class ArtifactTests:
         prod.clear_topic("py.to-go")
 
 
+    def test_a_go_service_called_from_python_with_frames_both_ways(self):
+        c = self.client("py-to-go-svc")
+        svc = self.router.go_service(f"go.frames.{self.mode}")
+        try:
+            p = c.call(f"go.frames.{self.mode}", "Echo", {"x": [1, "two"]})
+            with p.result(timeout=10) as res:
+                self.assertEqual(res.outcome, {"got": {"x": [1, "two"]}, "by": "go"})
+            data = os.urandom(300_000)
+            with self.produce(c, data) as a:
+                p = c.call(f"go.frames.{self.mode}", "Digest", {}, attachments={"frame": a})
+            with p.result(timeout=10) as res:
+                self.assertEqual(res.outcome, {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)})
+                with res.artifact("frame") as back, back.view() as mv:
+                    self.assertEqual(bytes(mv), data[::-1])
+        finally:
+            svc.stdin.close()
+            svc.wait(20)
+            svc.stdout.close()
+            svc.stderr.close()
+
+
 class FilesModeTest(ArtifactTests, unittest.TestCase):
     mode = "files"
 
