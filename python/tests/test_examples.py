@@ -19,5 +19,15 @@ class FramesExampleTest(unittest.TestCase):
                 self.assertIn("router: 60 artifacts collected, 0 left", out.stdout)
 
 
+class BenchTest(unittest.TestCase):
+    def test_the_bench_runs(self):
+        out = subprocess.run([sys.executable, "-m", "flybus.bench", "--flybus", flybus_binary(), "--frames", "3",
+                              "--calls", "5", "--no-go"], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "PYTHONPATH": os.path.join(REPO, "python", "src")})
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertIn("| files |", out.stdout)
+        self.assertIn("| pool |", out.stdout)
+
+
 if __name__ == "__main__":
     unittest.main()
