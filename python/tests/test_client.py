@@ -180,13 +180,18 @@ class ShutdownTest(unittest.TestCase):
 class FakeRouterTest(unittest.TestCase):
     """The client against a router written here, that breaks the contract."""
 
-    def fake(self, after_hello):
+    def listen(self):
+        """A listening Unix socket in a fresh directory: its path and socket."""
         d = tempfile.mkdtemp(prefix="flybus-py-fake-")
         path = os.path.join(d, "fake.sock")
         ls = socket.socket(socket.AF_UNIX)
         ls.bind(path)
         ls.listen(1)
         self.addCleanup(ls.close)
+        return path, ls
+
+    def fake(self, after_hello):
+        path, ls = self.listen()
 
         def run():
             conn, _ = ls.accept()
@@ -226,12 +231,7 @@ class FakeRouterTest(unittest.TestCase):
                 c.close()
 
     def test_a_foreign_contract_is_refused(self):
-        d = tempfile.mkdtemp(prefix="flybus-py-fake-")
-        path = os.path.join(d, "fake.sock")
-        ls = socket.socket(socket.AF_UNIX)
-        ls.bind(path)
-        ls.listen(1)
-        self.addCleanup(ls.close)
+        path, ls = self.listen()
 
         def run():
             conn, _ = ls.accept()

@@ -550,12 +550,12 @@ class Message(_Delivery):
         self.subscription_id = body["subscriptionId"]
 
 
-class Subscription:
-    """One topic's messages: iterate, or next(timeout=)."""
+class _Stream:
+    """What a subscription and a service share: a queue the reader fills,
+    drained by next(timeout=) or by iterating until it is closed."""
 
-    def __init__(self, client, topic):
-        self._client, self.topic = client, topic
-        self.id = self.topic_incarnation = None
+    def __init__(self, client):
+        self._client = client
         self._queue = _Queue()
         self._closed = False
 
@@ -574,6 +574,15 @@ class Subscription:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class Subscription(_Stream):
+    """One topic's messages: iterate, or next(timeout=)."""
+
+    def __init__(self, client, topic):
+        super().__init__(client)
+        self.topic = topic
+        self.id = self.topic_incarnation = None
 
     def close(self, timeout=_DEFAULT_TIMEOUT):
         if self._closed:
@@ -597,20 +606,19 @@ class _ReplyCap:
     def __init__(self, client, call_id, delivery_id):
         self._client, self.call_id, self.delivery_id = client, call_id, delivery_id
         self._lock = threading.Lock()
-        self._refs, self._replied = 1, False
+        self._replied = False
+        self._refs = _Guard(None, self._last_gone)
 
     def add(self):
-        with self._lock:
-            if self._refs == 0:
-                return False
-            self._refs += 1
-            return True
+        return self._refs.add()
 
     def drop(self):
+        self._refs.drop()
+
+    def _last_gone(self):
         with self._lock:
-            self._refs -= 1
-            release = self._refs == 0 and not self._replied
-        if release:
+            replied = self._replied
+        if not replied:
             self._client._fire("rpc.responder.release", {"callId": self.call_id, "requestDeliveryId": self.delivery_id})
 
     def reply(self, outcome, attachments, timeout):
@@ -695,30 +703,13 @@ class Responder:
             self._cap.drop()
 
 
-class Service:
+class Service(_Stream):
     """A registered service: iterate its requests, or next(timeout=)."""
 
     def __init__(self, client, name):
-        self._client, self.name = client, name
+        super().__init__(client)
+        self.name = name
         self.incarnation = None
-        self._queue = _Queue()
-        self._closed = False
-
-    def next(self, timeout=None):
-        return self._queue.next(timeout)
-
-    def __iter__(self):
-        while True:
-            try:
-                yield self.next()
-            except ClosedError:
-                return
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def close(self, timeout=_DEFAULT_TIMEOUT):
         if self._closed:
