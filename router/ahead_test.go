@@ -172,20 +172,9 @@ func TestOpenAheadServesViews(t *testing.T) {
 				m.Close()
 				break
 			}
-			fa, err := m.Artifact("frame")
-			if err != nil {
-				t.Fatal(err)
-			}
-			v, err := fa.View(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(v.Bytes(), data) {
+			if !bytes.Equal(viewFrame(t, ctx, m), data) {
 				t.Fatalf("frame %d: other bytes", i)
 			}
-			v.Close()
-			fa.Close()
-			m.Close()
 		}
 		st := cons.Stats()
 		viewed := uint64(frames - 1)

@@ -76,6 +76,24 @@ func sealedPaths(t *testing.T, h *harness) []string {
 	return out
 }
 
+// viewFrame reads a message's "frame" attachment through a view and closes
+// the view, the artifact and the message.
+func viewFrame(t *testing.T, ctx context.Context, m *client.Message) []byte {
+	t.Helper()
+	defer m.Close()
+	fa, err := m.Artifact("frame")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fa.Close()
+	v, err := fa.View(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	return bytes.Clone(v.Bytes())
+}
+
 func settled(h *harness) func() bool {
 	return func() bool {
 		s := h.r.Stats()
@@ -243,20 +261,9 @@ func TestFanOutSharesOneFile(t *testing.T) {
 		// The producer's release is asynchronous; then one root per delivery.
 		waitFor(t, "three roots", func() bool { return h.r.Stats().ArtifactRoots == 3 })
 		for i, m := range msgs {
-			fa, err := m.Artifact("frame")
-			if err != nil {
-				t.Fatal(err)
-			}
-			v, err := fa.View(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(v.Bytes(), data) {
+			if !bytes.Equal(viewFrame(t, ctx, m), data) {
 				t.Fatalf("consumer %d read different bytes", i)
 			}
-			v.Close()
-			fa.Close()
-			m.Close()
 			if i < len(msgs)-1 && sealedFiles(t, h) != 1 {
 				t.Fatal("collected before the last consumer")
 			}
