@@ -33,6 +33,14 @@ class StrictJSONTest(unittest.TestCase):
                   b'{"a":"\\ud800"}', b'[' * 5000 + b']' * 5000, b'{"a":1} x', b"{'a':1}"]:
             self.refused(b)
 
+    def test_depth_bound_is_gos(self):
+        # Go's scanner accepts 128 nested containers and refuses 129; so
+        # must Python, whatever its own recursion limit (3.13 parses 10,000).
+        self.assertIsInstance(_wire.loads(b"[" * 128 + b"]" * 128), list)
+        self.assertIsInstance(_wire.loads(b'{"a":' * 127 + b"[]" + b"}" * 127), dict)
+        for b in (b"[" * 129 + b"]" * 129, b'{"a":' * 128 + b"[]" + b"}" * 128, b"[" * 32000 + b"]" * 32000):
+            self.refused(b)
+
     def test_accepts_json(self):
         self.assertEqual(_wire.loads('{"a":[1,-2.5,"é",null,true],"b":{"c":"\\ud83d\\ude00"}}'.encode()),
                          {"a": [1, -2.5, "é", None, True], "b": {"c": "\U0001F600"}})

@@ -85,20 +85,30 @@ def _int(s):
     return -0.0 if s == "-0" else int(s)
 
 
-def _check_strings(v):
-    """Refuses lone surrogates, which \\u escapes can smuggle into a string."""
-    stack = [v]
+# MAX_DEPTH is the Go scanner's bound: 128 nested containers are accepted,
+# 129 are not. Python's own limit depends on its version and its stack.
+MAX_DEPTH = 128
+
+
+def _check_tree(v):
+    """Refuses lone surrogates, which \\u escapes can smuggle into a string,
+    and nesting deeper than MAX_DEPTH containers."""
+    stack = [(v, 0)]
     while stack:
-        x = stack.pop()
+        x, d = stack.pop()
         if isinstance(x, str):
             if any("\ud800" <= c <= "\udfff" for c in x):
                 raise WireError("a string holds a lone surrogate")
         elif isinstance(x, dict):
+            if d == MAX_DEPTH:
+                raise WireError("nested too deeply")
             for k, y in x.items():
-                stack.append(k)
-                stack.append(y)
+                stack.append((k, d))
+                stack.append((y, d + 1))
         elif isinstance(x, list):
-            stack.extend(x)
+            if d == MAX_DEPTH:
+                raise WireError("nested too deeply")
+            stack.extend((y, d + 1) for y in x)
 
 
 def loads(b: bytes):
@@ -113,7 +123,7 @@ def loads(b: bytes):
         raise WireError("nested too deeply") from None
     except json.JSONDecodeError as e:
         raise WireError(f"not JSON: {e}") from None
-    _check_strings(v)
+    _check_tree(v)
     return v
 
 
