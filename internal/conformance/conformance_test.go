@@ -22,8 +22,11 @@ var (
 	// testRef matches path/file_test.go::TestName, with an optional
 	// subtest path after a slash, which is not checked.
 	testRef = regexp.MustCompile(`([A-Za-z0-9_./-]+_test\.go)::([A-Za-z_][A-Za-z0-9_]*)(/[^\s` + "`" + `,;)]*)?`)
-	rowID   = regexp.MustCompile(`^[0-9]+(\.[0-9]+)+$`)
-	counts  = regexp.MustCompile(`^COUNTS: ([0-9]+) rows: conforms ([0-9]+), deviates-allowed ([0-9]+), not-implemented ([0-9]+)\.$`)
+	// pyRef matches python/tests/test_x.py::Class.test_name, the Python
+	// binding's unittest methods.
+	pyRef  = regexp.MustCompile(`(python/tests/test_[a-z0-9_]+\.py)::([A-Za-z_][A-Za-z0-9_]*)\.(test_[a-z0-9_]+)`)
+	rowID  = regexp.MustCompile(`^[0-9]+(\.[0-9]+)+$`)
+	counts = regexp.MustCompile(`^COUNTS: ([0-9]+) rows: conforms ([0-9]+), deviates-allowed ([0-9]+), not-implemented ([0-9]+)\.$`)
 )
 
 // row is one requirement row of the report.
@@ -120,8 +123,8 @@ func TestRowsHaveKnownStatuses(t *testing.T) {
 			continue
 		}
 		byStatus[r.status]++
-		if r.status == "conforms" && !testRef.MatchString(r.tests) {
-			t.Errorf("line %d: row %s conforms but names no test (path/file_test.go::TestName)", r.line, r.id)
+		if r.status == "conforms" && !testRef.MatchString(r.tests) && !pyRef.MatchString(r.tests) {
+			t.Errorf("line %d: row %s conforms but names no test (path/file_test.go::TestName or python/tests/test_x.py::Class.test_name)", r.line, r.id)
 		}
 	}
 	var stated []string
@@ -178,6 +181,33 @@ func TestNamedTestsExist(t *testing.T) {
 	}
 	if len(checked) == 0 {
 		t.Fatal("the report names no tests")
+	}
+}
+
+// TestNamedPythonTestsExist checks that every python/tests/test_x.py::
+// Class.test_name in the report names a file that declares that class and,
+// in it or in a mixin the file declares, that method.
+func TestNamedPythonTestsExist(t *testing.T) {
+	n := 0
+	for i, l := range readReport(t) {
+		for _, m := range pyRef.FindAllStringSubmatch(l, -1) {
+			n++
+			b, err := os.ReadFile(filepath.Join(moduleRoot, filepath.FromSlash(m[1])))
+			if err != nil {
+				t.Errorf("line %d: %v", i+1, err)
+				continue
+			}
+			src := string(b)
+			if !regexp.MustCompile(`(?m)^class ` + m[2] + `\b`).MatchString(src) {
+				t.Errorf("line %d: %s declares no class %s", i+1, m[1], m[2])
+			}
+			if !strings.Contains(src, "    def "+m[3]+"(self") {
+				t.Errorf("line %d: %s declares no method %s", i+1, m[1], m[3])
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("the report names no Python tests")
 	}
 }
 

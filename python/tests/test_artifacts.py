@@ -1,3 +1,4 @@
+import gc
 import hashlib
 import os
 import pickle
@@ -82,6 +83,80 @@ class ArtifactTests:
                 self.assertEqual(bytes(held.raw()[:4]), data[:4])
                 held.release()
                 v.close()
+
+    def cached(self, c):
+        """Whether c's pool-mode views slice a cached slot mapping."""
+        return self.mode == "pool" and c._slots is not None
+
+    def test_views_of_a_slot_share_one_mapping(self):
+        prod, cons = self.client("py-slots-prod"), self.client("py-slots-cons")
+        per_view = flybus.connect(self.router.socket, client_id=f"py-slots-own-{self.mode}",
+                                  store_root=self.router.store, map_per_view=True)
+        self.addCleanup(per_view.close)
+        prod.declare_topic("py.slots")
+        frames = [os.urandom(64 * 1024) for _ in range(12)]
+        with cons.subscribe("py.slots", mode="bounded") as sub, per_view.subscribe("py.slots", mode="bounded") as own:
+            for data in frames:
+                with self.produce(prod, data) as a:
+                    prod.publish("py.slots", {}, attachments={"frame": a})
+                for s in (sub, own):
+                    with s.next(timeout=10) as m, m.artifact("frame") as art, art.view() as mv:
+                        self.assertEqual(hashlib.sha256(mv).digest(), hashlib.sha256(data).digest())
+        self.assertNotIn("slot_hits", per_view.stats())
+        st = cons.stats()
+        if not self.cached(cons):
+            self.assertEqual(st.get("slot_maps", 0), 0)
+            return
+        # The producer reuses a few slots; every later view of one is a hit.
+        self.assertEqual(st["slot_maps"] + st["slot_hits"], len(frames), st)
+        self.assertGreater(st["slot_hits"], 0, st)
+        self.assertEqual(st["cached_slots"], st["slot_maps"], st)
+        cons.close()
+        self.assertEqual(cons.stats()["cached_slots"], 0)
+        self.assertEqual(cons.stats()["slot_unmaps"], st["slot_maps"])
+
+    def test_every_way_of_keeping_a_views_bytes_is_seen(self):
+        prod, cons = self.client("py-keep-prod"), self.client("py-keep-cons")
+        prod.declare_topic("py.keep-all")
+        data = os.urandom(16384)
+        keepers = [lambda mv: mv[1:9], lambda mv: mv[1:9][2:4], lambda mv: memoryview(mv),
+                   lambda mv: pickle.PickleBuffer(mv), lambda mv: mv.cast("I")]
+        with cons.subscribe("py.keep-all", mode="bounded") as sub:
+            for keep in keepers:
+                with self.produce(prod, data) as a:
+                    prod.publish("py.keep-all", {}, attachments={"frame": a})
+                with sub.next(timeout=10) as m, m.artifact("frame") as art:
+                    v = art.view()
+                    kept = keep(v.__enter__())
+                    with self.assertRaises(BufferError):
+                        v.close()
+                    with self.assertRaises(BufferError):
+                        v.close()  # and again, while it is still kept
+                    del kept
+                    v.close()
+                    v.close()  # idempotent once it has succeeded
+
+    def test_a_forgotten_view_is_released_only_after_its_last_slice(self):
+        prod, cons = self.client("py-forget-prod"), self.client("py-forget-cons")
+        prod.declare_topic("py.forget")
+        data = os.urandom(8192)
+        with cons.subscribe("py.forget", mode="bounded") as sub:
+            with self.produce(prod, data) as a:
+                prod.publish("py.forget", {}, attachments={"frame": a})
+            with sub.next(timeout=10) as m:
+                art = m.artifact("frame")
+            v = art.view()
+            kept = v.__enter__()[100:200]
+            art.close()
+            del v
+            gc.collect()
+            if self.cached(cons):
+                # The safety net waits for the slice: the slot stays owned.
+                self.assertEqual(cons.stats().get("leaked", 0), 0)
+                self.assertEqual(bytes(kept), data[100:200])
+            del kept
+            gc.collect()
+            self.assertEqual(cons.stats().get("leaked", 0), 1)
 
     def test_a_writer_abandoned_and_a_buffer_fill(self):
         c = self.client("py-writer")

@@ -10,9 +10,11 @@ cannot outlive the artifact: leaving the view while the program still
 holds a slice of it, or an array made from it, raises BufferError and
 keeps the artifact owned.
 
-Every view maps the file of its own (on Python 3.11 a shared, cached
-mapping could not see what the program exported from it); files are
-opened beneath the store root without following a symbolic link.
+In files mode every view maps the file of its own. In pool mode, from
+Python 3.12, a view is a slice of a mapping the client keeps per slot
+(_slots.py says how that stays safe); before 3.12 it maps the slot of its
+own. Files are opened beneath the store root without following a symbolic
+link.
 """
 
 import hashlib
@@ -21,6 +23,8 @@ import mmap
 import os
 import threading
 import weakref
+
+from . import _slots
 
 _log = logging.getLogger("flybus")
 
@@ -208,10 +212,11 @@ class Artifact:
             raise ValueError("this artifact was already closed")
 
     def _open(self, timeout):
+        """A descriptor of the artifact's file, and its path in the store."""
         c = self._client
         v = c._request("artifact.open", {"ref": self.ref, "ownerId": self.owner}, timeout)
         loc = v["readLocation"]
-        return _open_beneath(c._store_root(), loc["storeId"], loc["relativePath"], os.O_RDONLY)
+        return _open_beneath(c._store_root(), loc["storeId"], loc["relativePath"], os.O_RDONLY), loc["relativePath"]
 
     def retain(self, timeout=10.0):
         """An independent hold on the artifact, which outlives this handle."""
@@ -226,7 +231,7 @@ class Artifact:
         """A copy of the bytes."""
         self._take()
         try:
-            fd = self._open(timeout)
+            fd, _ = self._open(timeout)
             try:
                 if os.fstat(fd).st_size != self.size:
                     raise OSError(f"{self.ref['artifactId']}'s file does not hold its {self.size} bytes")
@@ -251,7 +256,8 @@ class View:
 
     def __init__(self, artifact, timeout):
         self._artifact, self._timeout = artifact, timeout
-        self._map = self._mv = None
+        self._map = self._mv = self._slot = self._exp = None
+        self._net = None
 
     def __enter__(self):
         a = self._artifact
@@ -260,8 +266,20 @@ class View:
             if a.size == 0:
                 self._mv = memoryview(b"")
                 return self._mv
-            fd = a._open(self._timeout)
+            cache = a._client._slots
+            if cache is not None:
+                s = cache.get(a.ref["artifactId"], a.size)
+                if s is not None:
+                    return self._cached(cache, s)
+            fd, rel_path = a._open(self._timeout)
             try:
+                if cache is not None and _slots.is_slot_path(rel_path):
+                    if os.fstat(fd).st_size < a.size:
+                        raise OSError(f"{a.ref['artifactId']}'s slot does not hold its {a.size} bytes")
+                    # The whole slot, so that a later, larger generation
+                    # fits the same mapping.
+                    m = mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ)
+                    return self._cached(cache, cache.put(a.ref["artifactId"], m))
                 self._map = mmap.mmap(fd, a.size, mmap.MAP_SHARED, mmap.PROT_READ)
             finally:
                 os.close(fd)  # the mapping keeps the pages
@@ -273,28 +291,45 @@ class View:
         self._net = watch(a._client, self, "View", lambda: (_unmap(m), g.drop()))
         return self._mv
 
+    def _cached(self, cache, s):
+        a = self._artifact
+        self._slot, self._exp = s, s.export(a.size)
+        self._mv = memoryview(self._exp)
+        # The safety net watches the exporter, not the view: it is collected
+        # only once nothing the program made from the view is left.
+        exp, g = self._exp, a._guard
+        self._net = watch(a._client, exp, "View", lambda: (cache.release(s), g.drop()))
+        return self._mv
+
     def __exit__(self, *exc):
         self.close()
 
     def close(self):
-        """Unmaps and lets go of the artifact. While the program still holds
-        bytes exported from the view, raises BufferError and keeps both: a
-        pointer into the mapping never outlives its artifact."""
+        """Unmaps (or lets go of the cached slot mapping) and lets go of the
+        artifact. While the program still holds bytes exported from the
+        view, raises BufferError and keeps both: a pointer into the mapping
+        never outlives its artifact."""
         if self._mv is None:
             return
-        if self._map is not None:
-            try:
-                # Either refuses while something holds the bytes: an export
-                # of the view itself (numpy.frombuffer(mv)), or a slice, an
-                # export of the mapping.
-                self._mv.release()
+        try:
+            # Each refuses while something holds the bytes: release() an
+            # export of the view itself (numpy.frombuffer(mv)); close() a
+            # slice, an export of the mapping; the exporter counts both.
+            self._mv.release()
+            if self._exp is not None:
+                if self._exp.exported():
+                    raise BufferError
+                self._exp.end()
+            elif self._map is not None:
                 self._map.close()
-            except BufferError:
-                raise BufferError("the view's bytes are still referenced (a slice of it, or an array made from it): "
-                                  "drop them, then close the view again; the artifact stays owned meanwhile") from None
-        self._mv = self._map = None
-        if getattr(self, "_net", None) is not None:
+        except BufferError:
+            raise BufferError("the view's bytes are still referenced (a slice of it, or an array made from it): "
+                              "drop them, then close the view again; the artifact stays owned meanwhile") from None
+        if self._net is not None:
             self._net.detach()
+        if self._slot is not None:
+            self._artifact._client._slots.release(self._slot)
+        self._mv = self._map = self._slot = self._exp = None
         self._artifact._guard.drop()
 
 

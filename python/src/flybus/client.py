@@ -15,7 +15,7 @@ import secrets
 import socket
 import threading
 
-from . import _wire
+from . import _slots, _wire
 from .artifacts import Artifact, ArtifactWriter, _Guard, watch
 from ._contract import CONTRACT_DIGEST
 from .errors import BusError, ClosedError, FlybusError, ProtocolError, SubscriptionClosed
@@ -67,9 +67,13 @@ class _Queue:
             raise self._closed
 
 
-def connect(path, client_id, store_root=None, client_incarnation=None, timeout=_DEFAULT_TIMEOUT):
+def connect(path, client_id, store_root=None, client_incarnation=None, timeout=_DEFAULT_TIMEOUT, map_per_view=False):
     """Connects to the router listening on the Unix socket at path and says
-    hello. The router's contract digest must equal this package's."""
+    hello. The router's contract digest must equal this package's.
+
+    From a pooled store on Python 3.12 or later, views are slices of a
+    mapping the client keeps per slot; map_per_view=True maps every view of
+    its own instead (as files mode and older Pythons always do)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(timeout)
@@ -78,13 +82,13 @@ def connect(path, client_id, store_root=None, client_incarnation=None, timeout=_
     except BaseException:
         sock.close()
         raise
-    return Client(sock, client_id, store_root, client_incarnation, timeout)
+    return Client(sock, client_id, store_root, client_incarnation, timeout, map_per_view)
 
 
 class Client:
     """A connection to a router. Use it as a context manager, or close it."""
 
-    def __init__(self, sock, client_id, store_root, client_incarnation, timeout):
+    def __init__(self, sock, client_id, store_root, client_incarnation, timeout, map_per_view=False):
         self._sock = sock
         self._reader = _wire.FrameReader(sock)
         self._lock = threading.Lock()
@@ -100,6 +104,7 @@ class Client:
         self._closing = False
         self._closed_code = None
         self._stats = collections.Counter()
+        self._slots = _slots.SlotCache() if _slots.CAN_COUNT_EXPORTS and not map_per_view else None
         self.store_root = store_root
         self.client_id = client_id
         self.client_incarnation = client_incarnation or f"py-{os.getpid()}-{secrets.token_hex(6)}"
@@ -160,11 +165,18 @@ class Client:
         self._thread.join(timeout)
         self._fail(ClosedError("the client was closed"))
         self._sock.close()
+        if self._slots is not None:
+            self._slots.close()  # views still open keep their slot mapped
 
     def stats(self):
-        """Counters of what the client did on the program's behalf."""
+        """Counters of what the client did on the program's behalf, and, with
+        cached slot mappings, the cache's: slots mapped now, views served
+        from it, slots mapped and unmapped."""
         with self._lock:
-            return dict(self._stats)
+            out = dict(self._stats)
+        if self._slots is not None:
+            out.update(self._slots.stats())
+        return out
 
     def _fail(self, err):
         with self._lock:
