@@ -211,7 +211,7 @@ func (h *HelloOK) AppendJSON(b []byte) []byte {
 
 // single-member bodies share one decoder and encoder.
 
-func decodeSingle(d *Decoder, ti uint32, ctx, key string, read func(*fields) error) error {
+func decodeSingle(d *Decoder, ti uint32, ctx, key string, read func(fields) error) error {
 	f, err := d.object(ti, ctx)
 	if err != nil {
 		return err
@@ -220,7 +220,7 @@ func decodeSingle(d *Decoder, ti uint32, ctx, key string, read func(*fields) err
 		if string(f.key) != key {
 			return f.unknown()
 		}
-		if err := read(&f); err != nil {
+		if err := read(f); err != nil {
 			return err
 		}
 		f.mark(0)
@@ -229,7 +229,7 @@ func decodeSingle(d *Decoder, ti uint32, ctx, key string, read func(*fields) err
 }
 
 func decodeBoolBody(d *Decoder, ti uint32, ctx, key string, dst *bool) error {
-	return decodeSingle(d, ti, ctx, key, func(f *fields) (err error) {
+	return decodeSingle(d, ti, ctx, key, func(f fields) (err error) {
 		*dst, err = f.boolean()
 		return err
 	})
@@ -247,7 +247,7 @@ type RegisterOK struct {
 }
 
 func (r *RegisterOK) decodeJSON(d *Decoder, ti uint32, ctx string) error {
-	return decodeSingle(d, ti, ctx, "serviceIncarnation", func(f *fields) error {
+	return decodeSingle(d, ti, ctx, "serviceIncarnation", func(f fields) error {
 		v, err := f.serial(FamSvc)
 		r.ServiceIncarnation = ServiceInc(v)
 		return err
@@ -325,7 +325,7 @@ type CancelOK struct {
 }
 
 func (c *CancelOK) decodeJSON(d *Decoder, ti uint32, ctx string) error {
-	return decodeSingle(d, ti, ctx, "state", func(f *fields) error {
+	return decodeSingle(d, ti, ctx, "state", func(f fields) error {
 		v, err := f.enum(cancelNames[:])
 		c.State = CancelState(v)
 		return err
@@ -345,7 +345,7 @@ type Released struct {
 }
 
 func (r *Released) decodeJSON(d *Decoder, ti uint32, ctx string) error {
-	return decodeSingle(d, ti, ctx, "released", func(f *fields) (err error) {
+	return decodeSingle(d, ti, ctx, "released", func(f fields) (err error) {
 		r.Released, err = f.u64()
 		return err
 	})
@@ -568,7 +568,7 @@ type OpenOK struct {
 }
 
 func (o *OpenOK) decodeJSON(d *Decoder, ti uint32, ctx string) error {
-	return decodeSingle(d, ti, ctx, "readLocation", func(f *fields) error {
+	return decodeSingle(d, ti, ctx, "readLocation", func(f fields) error {
 		return o.ReadLocation.decodeJSON(d, f.val, d.path(ctx, ".readLocation"))
 	})
 }
@@ -585,7 +585,7 @@ type RetainOK struct {
 }
 
 func (r *RetainOK) decodeJSON(d *Decoder, ti uint32, ctx string) error {
-	return decodeSingle(d, ti, ctx, "ownerId", func(f *fields) (err error) {
+	return decodeSingle(d, ti, ctx, "ownerId", func(f fields) (err error) {
 		r.OwnerID, err = f.owner()
 		return err
 	})

@@ -55,3 +55,45 @@ func TestTypicalDecodeDoesNotAllocate(t *testing.T) {
 		t.Fatalf("decoded %+v %+v", env.Attachments, pub)
 	}
 }
+
+// The replies a client decodes for every frame it consumes or produces
+// (delivery.consumed, artifact.release, artifact.open, artifact.retain,
+// artifact.seal) must not allocate either: the single-member bodies share
+// one decoder, whose field cursor once escaped through its callback.
+func TestFrameRepliesDoNotAllocate(t *testing.T) {
+	ref := ArtifactRef{StoreID: 0x1234abcd5678ef00, ArtifactID: 41, Generation: 3, ByteLength: 1228800, ContentType: "image/x-rgba"}
+	var released Released
+	var open OpenOK
+	var retain RetainOK
+	var seal SealOK
+	for _, tc := range []struct {
+		op   Op
+		sent Body
+		into Body
+	}{
+		{OpDeliveryConsumed, &Released{Released: 2}, &released},
+		{OpArtifactRelease, &Released{Released: 1}, &released},
+		{OpArtifactOpen, &OpenOK{ReadLocation: Location{StoreID: sampleStore, RelativePath: "slot-0000000000000029"}}, &open},
+		{OpArtifactRetain, &RetainOK{OwnerID: HoldOwner(7)}, &retain},
+		{OpArtifactSeal, &SealOK{Ref: ref, OwnerID: HoldOwner(9)}, &seal},
+	} {
+		frame := AppendEnvelope(nil, headerFor(KindReply, tc.op, 5), &ReplyBody{Value: tc.sent}, nil)
+		var d Decoder
+		var env Envelope
+		decode := func() {
+			if err := d.Decode(frame, &env); err != nil {
+				t.Fatalf("%s: %v", tc.op, err)
+			}
+			if be, err := env.DecodeReply(tc.into); be != nil || err != nil {
+				t.Fatalf("%s reply: %v %v", tc.op, be, err)
+			}
+		}
+		decode()
+		if a := testing.AllocsPerRun(100, decode); a != 0 {
+			t.Errorf("%s: %v allocs per reply decode once warm, want 0", tc.op, a)
+		}
+	}
+	if released.Released != 1 || open.ReadLocation.RelativePath != "slot-0000000000000029" || retain.OwnerID != HoldOwner(7) || seal.Ref != ref {
+		t.Fatalf("decoded %+v %+v %+v %+v", released, open, retain, seal)
+	}
+}
