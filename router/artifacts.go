@@ -32,8 +32,11 @@ type artifact struct {
 	relPath     string // staging file, then sealed file
 	digest      wire.Opt[wire.Digest]
 	roots       int
-	writer      *hold // while staging or sealing
+	writer      *hold // while staging or sealing: own
 	copyReserve bool  // store bytes reserved for a seal copy
+	// own is the writer's hold, kept here so that allocating makes no
+	// hold of its own; sealed, it is the producer's explicit hold.
+	own hold
 }
 
 // hold is an explicit owner (own-<n>): a writer, or a hold on a sealed
@@ -118,10 +121,13 @@ func (k *core) checkAttachments(c *conn, atts []wire.Attachment) ([]*artifact, *
 	if len(atts) == 0 {
 		return nil, nil
 	}
-	arts := make([]*artifact, 0, len(atts))
+	// Collected in scratch, valid until the next call: a caller that keeps
+	// the list copies it (k.artLists).
+	arts := k.scratch.arts[:0]
 	for i := range atts {
 		a, err := k.checkOwnedRef(c, &atts[i].Ref, atts[i].OwnerID)
 		if err != nil {
+			k.scratch.arts = arts[:0]
 			return nil, err
 		}
 		dup := false
@@ -132,6 +138,7 @@ func (k *core) checkAttachments(c *conn, atts []wire.Attachment) ([]*artifact, *
 			arts = append(arts, a)
 		}
 	}
+	k.scratch.arts = arts[:0]
 	return arts, nil
 }
 
@@ -198,13 +205,15 @@ func (k *core) opAllocate(c *conn, env *wire.Envelope) *wire.BusError {
 	if !c.hasRoom(1, k.limits.MaxOwnersPerClient-k.limits.ReservedOwnersPerClient) {
 		return wire.NewError(wire.ErrQuotaExceeded, 0, "the client holds its maxOwnersPerClient budget")
 	}
-	a := &artifact{gen: 1, size: b.ByteLength, contentType: b.ContentType, state: artStaging}
+	a := k.artSlab.new()
+	*a = artifact{gen: 1, size: b.ByteLength, contentType: b.ContentType, state: artStaging}
 	if !k.pool {
 		k.nextArtifact++
 		a.id = wire.ArtifactID(k.nextArtifact)
 		k.artifacts[a.id] = a
 	} // in pool mode the slot the store hands out names it
-	h := k.newHold(c, a, true)
+	a.own = hold{conn: c, art: a, writer: true}
+	h := k.addHold(c, &a.own)
 	a.writer = h
 	k.storeBytes += a.size
 	k.addEffect(effect{kind: effStage, conn: c, art: a, replyTo: wire.MsgID(env.ID), size: int64(a.size)})
@@ -212,8 +221,13 @@ func (k *core) opAllocate(c *conn, env *wire.Envelope) *wire.BusError {
 }
 
 func (k *core) newHold(c *conn, a *artifact, writer bool) *hold {
+	return k.addHold(c, &hold{conn: c, art: a, writer: writer})
+}
+
+// addHold gives h the connection's next hold id.
+func (k *core) addHold(c *conn, h *hold) *hold {
 	c.holdNext++
-	h := &hold{id: wire.HoldID(c.holdNext), conn: c, art: a, writer: writer}
+	h.id = wire.HoldID(c.holdNext)
 	c.holds[h.id] = h
 	return h
 }
@@ -240,8 +254,9 @@ func (k *core) stagedAt(e effect, loc artLoc, err error) {
 		a.id, a.gen = wire.ArtifactID(loc.slot), loc.gen
 		k.artifacts[a.id] = a
 	}
-	k.replyTo(c, wire.OpArtifactAllocate, e.replyTo, &wire.AllocateOK{ArtifactID: a.id, Generation: a.gen,
-		OwnerID: wire.HoldOwner(a.writer.id), WriteLocation: wire.Location{StoreID: k.storeID, RelativePath: a.relPath}})
+	k.scratch.allocOK = wire.AllocateOK{ArtifactID: a.id, Generation: a.gen,
+		OwnerID: wire.HoldOwner(a.writer.id), WriteLocation: wire.Location{StoreID: k.storeID, RelativePath: a.relPath}}
+	k.replyTo(c, wire.OpArtifactAllocate, e.replyTo, &k.scratch.allocOK)
 }
 
 // abandon drops an unsealed artifact and its reservation; its staging file
@@ -354,7 +369,8 @@ func (k *core) sealedAt(e effect, loc artLoc, mismatch bool, err error) {
 	h.writer, a.writer = false, nil
 	a.roots = 1 // the writer's id, now an explicit hold
 	k.stats.seals++
-	k.replyTo(c, wire.OpArtifactSeal, e.replyTo, &wire.SealOK{Ref: k.refOf(a), OwnerID: wire.HoldOwner(h.id)})
+	k.scratch.sealOK = wire.SealOK{Ref: k.refOf(a), OwnerID: wire.HoldOwner(h.id)}
+	k.replyTo(c, wire.OpArtifactSeal, e.replyTo, &k.scratch.sealOK)
 }
 
 // abandonSealedFailure forgets an artifact whose seal failed or whose
@@ -429,7 +445,8 @@ func (k *core) opRelease(c *conn, env *wire.Envelope) *wire.BusError {
 			n++
 		}
 	}
-	k.reply(c, env, &wire.Released{Released: n})
+	k.scratch.released = wire.Released{Released: n}
+	k.reply(c, env, &k.scratch.released)
 	return nil
 }
 
@@ -437,6 +454,7 @@ func (k *core) opRelease(c *conn, env *wire.Envelope) *wire.BusError {
 // seal in flight finds it gone), a hold drops its root.
 func (k *core) releaseHold(h *hold) {
 	delete(h.conn.holds, h.id)
+	h.conn = nil // out of every table: let a closed connection go
 	a := h.art
 	if h.writer {
 		a.writer = nil

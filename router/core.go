@@ -52,8 +52,19 @@ type core struct {
 		msg      wire.TopicMessage
 		pubOK    wire.PublishOK
 		released wire.Released
+		allocOK  wire.AllocateOK
+		sealOK   wire.SealOK
 		atts     []wire.Attachment
+		arts     []*artifact
 	}
+
+	// Per-frame values come from slabs and carvers (slab.go), so a steady
+	// stream of frames allocates next to nothing.
+	artSlab  slab[artifact]
+	msgSlab  slab[topicMsg]
+	payloads carver[byte]
+	attLists carver[wire.Attachment]
+	artLists carver[*artifact]
 
 	// lastViolation is the reason of the latest protocol close, for the
 	// shell's log line; the shell reads it in the step that closed.
@@ -114,6 +125,9 @@ func newCore(l wire.Limits, p Policy, rid wire.RouterID, sid wire.StoreID) *core
 		topics:   map[string]*topic{},
 
 		artifacts: map[wire.ArtifactID]*artifact{},
+		payloads:  carver[byte]{chunk: 4096},
+		attLists:  carver[wire.Attachment]{chunk: 64},
+		artLists:  carver[*artifact]{chunk: 256},
 	}
 }
 

@@ -299,10 +299,9 @@ func (k *core) opPublish(c *conn, env *wire.Envelope) *wire.BusError {
 		return nil
 	}
 	t.seq++
-	m := &topicMsg{topic: t.name, inc: t.inc, seq: t.seq, payload: append([]byte(nil), b.Payload...), size: size, arts: arts}
-	if len(env.Attachments) > 0 {
-		m.atts = append([]wire.Attachment(nil), env.Attachments...)
-	}
+	m := k.msgSlab.new()
+	*m = topicMsg{topic: t.name, inc: t.inc, seq: t.seq, payload: k.payloads.copyOf(b.Payload), size: size,
+		arts: k.artLists.copyOf(arts), atts: k.attLists.copyOf(env.Attachments)}
 	var replaced uint64
 	for _, s := range t.subs {
 		if k.enqueue(s, m) {

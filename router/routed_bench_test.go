@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/flybus/flybus/router"
+	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -24,10 +25,12 @@ type benchRaw struct {
 	id  uint64
 }
 
-func (r *benchRaw) send(op wire.Op, body wire.Body) {
+func (r *benchRaw) send(op wire.Op, body wire.Body) { r.sendWith(op, body, nil) }
+
+func (r *benchRaw) sendWith(op wire.Op, body wire.Body, atts []wire.Attachment) {
 	r.id++
 	var err error
-	if r.buf, err = wire.AppendFrame(r.buf[:0], wire.Header{ID: r.id, Kind: wire.KindCommand, Op: op}, body, nil); err != nil {
+	if r.buf, err = wire.AppendFrame(r.buf[:0], wire.Header{ID: r.id, Kind: wire.KindCommand, Op: op}, body, atts); err != nil {
 		r.b.Fatal(err)
 	}
 	if err := wire.WriteFull(r.nc, r.buf); err != nil {
@@ -49,10 +52,45 @@ func (r *benchRaw) next(want wire.Op) *wire.Envelope {
 	return &r.env
 }
 
-func (r *benchRaw) ok(op wire.Op, body, v wire.Body) {
-	r.send(op, body)
+func (r *benchRaw) ok(op wire.Op, body, v wire.Body) { r.okWith(op, body, nil, v) }
+
+func (r *benchRaw) okWith(op wire.Op, body wire.Body, atts []wire.Attachment, v wire.Body) {
+	r.sendWith(op, body, atts)
 	if be, err := r.next(op).DecodeReply(v); err != nil || be != nil {
 		r.b.Fatalf("%s: %v %v", op, be, err)
+	}
+}
+
+// benchRouter starts a router with cfg (listening on a Unix socket if
+// unix) and returns it with how to connect a benchRaw client that has
+// said hello.
+func benchRouter(b *testing.B, cfg router.Config, unix bool) (*router.Router, func(id string) *benchRaw) {
+	r, err := router.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { r.Shutdown(context.Background()) })
+	sock := filepath.Join(b.TempDir(), "bus.sock")
+	if unix {
+		if _, err := r.ListenUnix(sock); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return r, func(id string) *benchRaw {
+		var nc net.Conn
+		var err error
+		if unix {
+			nc, err = net.Dial("unix", sock)
+		} else {
+			nc, err = r.ConnectInMemory()
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { nc.Close() })
+		c := &benchRaw{b: b, nc: nc, fr: wire.NewFrameReader(nc)}
+		c.ok(wire.OpHello, &wire.Hello{ClientID: id, ClientIncarnation: "inc-" + id, SupportedMajors: []uint32{1}}, &wire.HelloOK{})
+		return c
 	}
 }
 
@@ -68,33 +106,7 @@ func BenchmarkRoutedPublication(b *testing.B) {
 				tr = "unix"
 			}
 			b.Run(fmt.Sprintf("transport=%s/subscribers=%d", tr, n), func(b *testing.B) {
-				r, err := router.New(router.Config{Policy: router.OpenPolicy()})
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { r.Shutdown(context.Background()) })
-				sock := filepath.Join(b.TempDir(), "bus.sock")
-				if unix {
-					if _, err := r.ListenUnix(sock); err != nil {
-						b.Fatal(err)
-					}
-				}
-				dial := func(id string) *benchRaw {
-					var nc net.Conn
-					var err error
-					if unix {
-						nc, err = net.Dial("unix", sock)
-					} else {
-						nc, err = r.ConnectInMemory()
-					}
-					if err != nil {
-						b.Fatal(err)
-					}
-					b.Cleanup(func() { nc.Close() })
-					c := &benchRaw{b: b, nc: nc, fr: wire.NewFrameReader(nc)}
-					c.ok(wire.OpHello, &wire.Hello{ClientID: id, ClientIncarnation: "inc-" + id, SupportedMajors: []uint32{1}}, &wire.HelloOK{})
-					return c
-				}
+				_, dial := benchRouter(b, router.Config{Policy: router.OpenPolicy()}, unix)
 				pub := dial("pub")
 				pub.ok(wire.OpTopicDeclare, &wire.Declare{Name: "t", Retained: wire.RetainNone}, &wire.DeclareOK{})
 				subs := make([]*benchRaw, n)
@@ -125,6 +137,71 @@ func BenchmarkRoutedPublication(b *testing.B) {
 				b.ResetTimer()
 				for range b.N {
 					round()
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkRoutedFrame is one artifact-bearing frame's whole life through
+// the router, in each store mode, over the in-memory transport: allocate,
+// seal, publish with the frame attached, release the producer's hold,
+// deliver to each of n bounded subscribers, which consume it, until the
+// router collects it. The clients allocate nothing and write no bytes (the
+// router never reads them), so allocs/op is the router's per frame,
+// store included.
+func BenchmarkRoutedFrame(b *testing.B) {
+	for _, mode := range []store.Mode{store.ModeFiles, store.ModePool} {
+		for _, n := range []int{1, 3} {
+			b.Run(fmt.Sprintf("store=%s/subscribers=%d", mode, n), func(b *testing.B) {
+				r, dial := benchRouter(b, router.Config{Policy: router.OpenPolicy(), StoreRoot: benchStoreRoot(b), StoreMode: mode}, false)
+				pub := dial("producer")
+				pub.ok(wire.OpTopicDeclare, &wire.Declare{Name: "frames", Retained: wire.RetainNone}, &wire.DeclareOK{})
+				subs := make([]*benchRaw, n)
+				for i := range subs {
+					subs[i] = dial(fmt.Sprintf("consumer%d", i))
+					subs[i].ok(wire.OpSubscribe, &wire.Subscribe{Topic: "frames", Mode: wire.ModeBounded, MaxQueued: 4, MaxInFlight: 1}, &wire.SubscribeOK{})
+				}
+				allocate := &wire.Allocate{ByteLength: 640 * 480 * 4, ContentType: "image/x-rgba"}
+				var allocOK wire.AllocateOK
+				var seal wire.Seal
+				var sealOK wire.SealOK
+				publish := &wire.Publish{Topic: "frames", Payload: wire.RawJSON(`{"frame":1234,"width":640,"height":480}`)}
+				atts := make([]wire.Attachment, 1)
+				var pubOK wire.PublishOK
+				owners := make([]wire.OwnerID, 1)
+				release := &wire.Release{OwnerIDs: owners}
+				var msg wire.TopicMessage
+				var released wire.Released
+				ids := make([]wire.DeliveryID, 1)
+				consumed := &wire.Consumed{DeliveryIDs: ids}
+				frame := func() {
+					pub.ok(wire.OpArtifactAllocate, allocate, &allocOK)
+					seal = wire.Seal{ArtifactID: allocOK.ArtifactID, Generation: allocOK.Generation, OwnerID: allocOK.OwnerID}
+					pub.ok(wire.OpArtifactSeal, &seal, &sealOK)
+					atts[0] = wire.Attachment{Name: "frame", Ref: sealOK.Ref, OwnerID: sealOK.OwnerID}
+					pub.okWith(wire.OpPublish, publish, atts, &pubOK)
+					owners[0] = sealOK.OwnerID
+					pub.ok(wire.OpArtifactRelease, release, &released)
+					for _, s := range subs {
+						if err := s.next(wire.OpTopicMessage).DecodeBody(&msg); err != nil {
+							b.Fatal(err)
+						}
+						ids[0] = msg.DeliveryID
+						s.ok(wire.OpDeliveryConsumed, consumed, &released)
+					}
+				}
+				for range 100 { // warm the store, lanes, maps and buffers
+					frame()
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					frame()
+				}
+				b.StopTimer()
+				if st := r.Stats(); st.ArtifactRoots != 0 {
+					b.Fatalf("%d roots left after the frames", st.ArtifactRoots)
 				}
 			})
 		}

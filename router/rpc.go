@@ -192,11 +192,8 @@ func (k *core) opCall(c *conn, env *wire.Envelope) *wire.BusError {
 	if aerr != nil {
 		return aerr
 	}
-	cl := &call{id: b.CallID, caller: c, svc: s, method: b.Method,
-		payload: append([]byte(nil), b.Payload...), state: callQueued, arts: arts}
-	if len(env.Attachments) > 0 {
-		cl.atts = append([]wire.Attachment(nil), env.Attachments...)
-	}
+	cl := &call{id: b.CallID, caller: c, svc: s, method: b.Method, payload: k.payloads.copyOf(b.Payload),
+		state: callQueued, arts: k.artLists.copyOf(arts), atts: k.attLists.copyOf(env.Attachments)}
 	k.addRoots(arts)
 	s.queue = append(s.queue, cl)
 	c.calls[cl.id] = cl
@@ -256,10 +253,10 @@ func (k *core) opReply(c *conn, env *wire.Envelope) *wire.BusError {
 	delete(c.caps, b.RequestDeliveryID)
 	cl.state = callReplied
 	cl.responder = c.ident
-	cl.outcome = append([]byte(nil), b.Outcome...)
-	cl.resArts = arts
+	cl.outcome = k.payloads.copyOf(b.Outcome)
+	cl.resArts = k.artLists.copyOf(arts)
 	if len(env.Attachments) > 0 {
-		cl.resAtts = append([]wire.Attachment(nil), env.Attachments...)
+		cl.resAtts = k.attLists.copyOf(env.Attachments)
 	}
 	k.addRoots(arts)
 	caller.results = append(caller.results, cl)

@@ -75,6 +75,8 @@ type slot struct {
 	state slotState
 	fd    int // read-only, open while the slot exists
 	file  fileID
+	name  string // slot-<16 hex>, made once: every generation hands it out
+	cname *byte  // name as a C string, for the seal's check
 }
 
 // slotTable is the pool's bookkeeping. A hit is a lookup under mu; I/O
@@ -124,7 +126,7 @@ func (s *Store) stageSlot(size int64) (Staging, error) {
 		sl.state = slotWriting
 		t.mu.Unlock()
 		s.st.poolHits.Add(1)
-		return Staging{RelPath: slotName(sl.n), Size: size, Slot: sl.n, Generation: sl.gen}, nil
+		return Staging{RelPath: sl.name, Size: size, Slot: sl.n, Generation: sl.gen}, nil
 	}
 	evict, err := t.reserveLocked(size)
 	t.next++
@@ -146,7 +148,7 @@ func (s *Store) stageSlot(size int64) (Staging, error) {
 	t.mu.Lock()
 	t.slots[n] = sl
 	t.mu.Unlock()
-	return Staging{RelPath: slotName(n), Size: size, Slot: n, Generation: 1}, nil
+	return Staging{RelPath: sl.name, Size: size, Slot: n, Generation: 1}, nil
 }
 
 // reserveLocked counts size more bytes of slots, unlinking free slots of
@@ -217,7 +219,8 @@ func (s *Store) createSlot(n uint64, size int64) (*slot, error) {
 		return nil, err
 	}
 	s.st.slots.Add(1)
-	return &slot{n: n, size: size, fd: fd, file: idOf(&st)}, nil
+	cname, _ := unix.BytePtrFromString(name) // a name this store made has no NUL
+	return &slot{n: n, size: size, fd: fd, file: idOf(&st), name: name, cname: cname}, nil
 }
 
 // unlinkSlots removes slots already dropped from the table.
@@ -225,7 +228,7 @@ func (s *Store) unlinkSlots(sls []*slot) {
 	for _, sl := range sls {
 		unix.Close(sl.fd)
 		s.st.unlinks.Add(1)
-		unix.Unlinkat(s.dirfd, slotName(sl.n), 0)
+		unix.Unlinkat(s.dirfd, sl.name, 0)
 		s.st.slots.Add(-1)
 	}
 }
@@ -253,7 +256,7 @@ func (s *Store) checkSlot(sl *slot) error {
 		return fmt.Errorf("%w: the slot has %d links, not 1", ErrReplaced, st.Nlink)
 	}
 	var named unix.Stat_t
-	if err := unix.Fstatat(s.dirfd, slotName(sl.n), &named, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := fstatatName(s.dirfd, sl.cname, &named, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return fmt.Errorf("%w: %v", ErrReplaced, os.NewSyscallError("fstatat", err))
 	}
 	if idOf(&named) != sl.file {
