@@ -64,6 +64,12 @@ type Info struct {
 
 // Client is one connection to a router, serving RPC, pub/sub and artifacts.
 // It is safe for concurrent use.
+//
+// Who owns what: cfg, nc, info, kick, done and closed are set by Connect
+// and never change (the channels are safe for concurrent use); wbuf
+// belongs to the holder of wmu, the write token; the fields from nextMsg to
+// anyBus are guarded by mu; discards belongs to the reader goroutine; the
+// atomics, the slot cache and ahead guard themselves.
 type Client struct {
 	cfg  Config
 	nc   net.Conn
@@ -72,7 +78,7 @@ type Client struct {
 	wmu  sync.Mutex // the write token: its holder encodes and writes
 	wbuf []byte     // the token holder's frame buffer
 
-	mu       sync.Mutex
+	mu       sync.Mutex // guards nextMsg through anyBus
 	nextMsg  uint64
 	nextCall uint64
 	waiters  map[uint64]*waiter // by command serial
@@ -95,7 +101,7 @@ type Client struct {
 	kick        chan struct{}
 	done        chan struct{} // closed when the reader and writer have stopped
 
-	discards      map[wire.Op]wire.Body // the reader's targets for unawaited replies
+	discards      map[wire.Op]wire.Body // the reader's own: targets for unawaited replies
 	controlErrors atomic.Uint64
 	leaks         atomic.Uint64
 	slots         slotCache     // pool mode: one mapping per viewed slot

@@ -31,6 +31,7 @@ func (c *Client) readLoop() {
 		if derr == nil {
 			derr = c.dispatch(&env)
 		}
+		dec.Trim() // an idle connection must not pin a large frame's tape
 		if derr != nil {
 			c.fail(fmt.Errorf("the client refused a frame from the router: %w", derr))
 			return

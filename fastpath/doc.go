@@ -1,7 +1,7 @@
 // Package fastpath holds the machine-dependent choices of the router's hot
-// path, each with the measurement behind it. Today that is one choice: how
-// many threads run Go code in a `flybus serve` process (RouterProcs). The
-// other hot-path sizes (the frames a writer pulls at once, the reply
-// buffers a connection keeps) live beside the code they bound, in
-// package router.
+// path, each with the measurement behind it: how many threads run Go code
+// in a `flybus serve` process (RouterProcs), how many frames a writer sends
+// per write (WriteBatch), the spare reply buffers a connection keeps
+// (FreeBodies, FreeBodyBytes), and the largest coalescing buffer it keeps
+// between writes, from the L2 cache size cpuid reports (KeepWriteBytes).
 package fastpath

@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/flybus/flybus/internal/shmtest"
 	"github.com/flybus/flybus/mmap"
 	"golang.org/x/sys/unix"
 )
@@ -36,7 +37,7 @@ func benchDir(b *testing.B) string {
 		b.Cleanup(func() { os.RemoveAll(d) })
 		return d
 	}
-	return shmDir(b)
+	return shmtest.Dir(b, "flybus-mmap-test-")
 }
 
 // benchFile creates a file of frame bytes and returns it open read-write.

@@ -10,20 +10,9 @@ import (
 	"time"
 
 	"github.com/flybus/flybus/internal/leakcheck"
+	"github.com/flybus/flybus/internal/shmtest"
 	"github.com/flybus/flybus/mmap"
 )
-
-// shmDir returns a fresh directory on /dev/shm, where flybus stores live, or
-// a test temp dir where /dev/shm is missing.
-func shmDir(t testing.TB) string {
-	t.Helper()
-	d, err := os.MkdirTemp("/dev/shm", "flybus-mmap-test-")
-	if err != nil {
-		return t.TempDir()
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
 
 // pattern returns n bytes that differ from their neighbours and from zero.
 func pattern(n int) []byte {
@@ -62,7 +51,7 @@ func fds(t testing.TB) int {
 }
 
 func TestView(t *testing.T) {
-	dir := shmDir(t)
+	dir := shmtest.Dir(t, "flybus-mmap-test-")
 	want := pattern(1228800)
 	p := writeFile(t, dir, want)
 	fdsBefore := fds(t)
@@ -104,7 +93,7 @@ func TestView(t *testing.T) {
 }
 
 func TestViewOutlivesUnlink(t *testing.T) {
-	dir := shmDir(t)
+	dir := shmtest.Dir(t, "flybus-mmap-test-")
 	want := pattern(3 * 4096)
 	p := writeFile(t, dir, want)
 	f, err := os.Open(p)
@@ -130,7 +119,7 @@ func TestViewOutlivesUnlink(t *testing.T) {
 }
 
 func TestViewSizes(t *testing.T) {
-	dir := shmDir(t)
+	dir := shmtest.Dir(t, "flybus-mmap-test-")
 	p := writeFile(t, dir, pattern(100))
 	f, err := os.Open(p)
 	if err != nil {
@@ -174,7 +163,7 @@ func TestViewSizes(t *testing.T) {
 }
 
 func TestWritable(t *testing.T) {
-	dir := shmDir(t)
+	dir := shmtest.Dir(t, "flybus-mmap-test-")
 	const size = 1228800
 	p := writeFile(t, dir, make([]byte, size))
 	f, err := os.OpenFile(p, os.O_RDWR, 0)
@@ -210,7 +199,7 @@ func TestWritable(t *testing.T) {
 }
 
 func TestWritableNeedsWriteAccess(t *testing.T) {
-	dir := shmDir(t)
+	dir := shmtest.Dir(t, "flybus-mmap-test-")
 	p := writeFile(t, dir, pattern(4096))
 	f, err := os.Open(p)
 	if err != nil {
@@ -236,7 +225,7 @@ func forget(t *testing.T, p string) {
 }
 
 func TestLeakedViewIsUnmapped(t *testing.T) {
-	dir := shmDir(t)
+	dir := shmtest.Dir(t, "flybus-mmap-test-")
 	p := writeFile(t, dir, pattern(4096))
 	before := mmap.Leaked()
 	forget(t, p)

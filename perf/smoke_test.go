@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flybus/flybus/internal/shmtest"
 	"github.com/flybus/flybus/store"
 )
 
@@ -185,14 +186,5 @@ func checkSmokeIsolation(t *testing.T, iso *Isolation) {
 
 // smokeStore is a store root on /dev/shm when there is one.
 func smokeStore(t testing.TB) string {
-	base := ""
-	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-		base = "/dev/shm"
-	}
-	dir, err := os.MkdirTemp(base, "flybus-perf-smoke-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
+	return shmtest.Dir(t, "flybus-perf-smoke-")
 }

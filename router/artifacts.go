@@ -113,81 +113,6 @@ func (k *core) collect(a *artifact) {
 	k.addEffect(effect{kind: effUnlink, relPath: a.relPath, gen: a.gen})
 }
 
-// checkAttachments validates an envelope's attachments all or nothing and
-// returns the distinct artifacts they name. Every reference must name a
-// live sealed artifact of this store exactly, through an owner this
-// connection holds on that same artifact.
-func (k *core) checkAttachments(c *conn, atts []wire.Attachment) ([]*artifact, *wire.BusError) {
-	if len(atts) == 0 {
-		return nil, nil
-	}
-	// Collected in scratch, valid until the next call: a caller that keeps
-	// the list copies it (k.artLists).
-	arts := k.scratch.arts[:0]
-	for i := range atts {
-		a, err := k.checkOwnedRef(c, &atts[i].Ref, atts[i].OwnerID)
-		if err != nil {
-			k.scratch.arts = arts[:0]
-			return nil, err
-		}
-		dup := false
-		for _, x := range arts {
-			dup = dup || x == a
-		}
-		if !dup {
-			arts = append(arts, a)
-		}
-	}
-	k.scratch.arts = arts[:0]
-	return arts, nil
-}
-
-// checkOwnedRef resolves ref through owner, which must be c's and must root
-// the same artifact.
-func (k *core) checkOwnedRef(c *conn, ref *wire.ArtifactRef, owner wire.OwnerID) (*artifact, *wire.BusError) {
-	if ref.StoreID != k.storeID {
-		return nil, wire.NewError(wire.ErrArtifactGone, 0, "%s belongs to another store incarnation", ref.ArtifactID)
-	}
-	a := k.artifacts[ref.ArtifactID]
-	if a == nil {
-		return nil, wire.NewError(wire.ErrArtifactGone, 0, "%s is gone", ref.ArtifactID)
-	}
-	if a.state != artSealed {
-		return nil, wire.NewError(wire.ErrArtifactUnsealed, 0, "%s is not sealed", ref.ArtifactID)
-	}
-	if k.pool && ref.Generation != a.gen {
-		// The slot holds another generation now (or not yet): that
-		// artifact is as gone as a collected one.
-		return nil, wire.NewError(wire.ErrArtifactGone, 0, "generation %d of %s is gone (the slot is at generation %d)",
-			ref.Generation, ref.ArtifactID, a.gen)
-	}
-	if ref.Generation != a.gen || ref.ByteLength != a.size || ref.ContentType != a.contentType || ref.Digest != a.digest {
-		return nil, wire.NewError(wire.ErrArtifactMismatch, 0, "the reference disagrees with %s", ref.ArtifactID)
-	}
-	if !k.ownerRoots(c, owner, a) {
-		return nil, wire.NewError(wire.ErrOwnerInvalid, 0, "%s is not an owner of %s on this connection", owner, ref.ArtifactID)
-	}
-	return a, nil
-}
-
-// ownerRoots reports whether owner is live on c and roots a.
-func (k *core) ownerRoots(c *conn, owner wire.OwnerID, a *artifact) bool {
-	if !owner.Delivery {
-		h := c.holds[wire.HoldID(owner.N)]
-		return h != nil && !h.writer && h.art == a
-	}
-	ref, ok := c.dlvs[wire.DeliveryID(owner.N)]
-	if !ok {
-		return false
-	}
-	for _, x := range ref.arts {
-		if x == a {
-			return true
-		}
-	}
-	return false
-}
-
 func (k *core) opAllocate(c *conn, env *wire.Envelope) *wire.BusError {
 	b := &k.bodies.allocate
 	if err := env.DecodeBody(b); err != nil {
@@ -464,20 +389,4 @@ func (k *core) releaseHold(h *hold) {
 		return
 	}
 	k.dropRoots([]*artifact{a})
-}
-
-// replyTo and refuseTo answer a command whose reply was deferred past I/O.
-func (k *core) replyTo(c *conn, op wire.Op, id wire.MsgID, v wire.Body) {
-	rb := wire.ReplyBody{Value: v}
-	k.buf = rb.AppendJSON(k.buf[:0])
-	k.pushControl(c, wire.KindReply, op, wire.Some(id), k.buf, false)
-}
-
-func (k *core) refuseTo(c *conn, op wire.Op, id wire.MsgID, e *wire.BusError) {
-	if int(e.Code) < len(k.stats.refusals) {
-		k.stats.refusals[e.Code]++
-	}
-	rb := wire.ReplyBody{Err: e}
-	k.buf = rb.AppendJSON(k.buf[:0])
-	k.pushControl(c, wire.KindReply, op, wire.Some(id), k.buf, false)
 }

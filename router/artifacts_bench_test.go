@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/internal/shmtest"
 	"github.com/flybus/flybus/router"
 )
 
@@ -19,7 +20,7 @@ import (
 func benchStoreRoot(b *testing.B) string {
 	base := os.Getenv("FLYBUS_BENCH_STORE")
 	if base == "" {
-		base = "/dev/shm"
+		return shmtest.Dir(b, "flybus-bench-")
 	}
 	dir, err := os.MkdirTemp(base, "flybus-bench-")
 	if err != nil {

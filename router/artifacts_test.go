@@ -13,6 +13,8 @@ import (
 
 	"github.com/flybus/flybus/client"
 	"github.com/flybus/flybus/internal/leakcheck"
+	"github.com/flybus/flybus/internal/shmtest"
+	"github.com/flybus/flybus/mmap"
 	"github.com/flybus/flybus/router"
 	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
@@ -92,6 +94,27 @@ func viewFrame(t *testing.T, ctx context.Context, m *client.Message) []byte {
 	}
 	defer v.Close()
 	return bytes.Clone(v.Bytes())
+}
+
+// readSealed reads a sealed artifact's bytes through a raw client's
+// artifact.open and the store's read-only resolution.
+func readSealed(t *testing.T, h *harness, r *raw, sealed wire.SealOK) []byte {
+	t.Helper()
+	r.command(wire.OpArtifactOpen, &wire.RefOwner{Ref: sealed.Ref, OwnerID: sealed.OwnerID})
+	var op wire.OpenOK
+	if be := r.reply(&op); be != nil {
+		t.Fatal(be)
+	}
+	rf, err := store.OpenRead(h.root, op.ReadLocation.StoreID.String(), op.ReadLocation.RelativePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rf.Close()
+	got := make([]byte, sealed.Ref.ByteLength)
+	if _, err := rf.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
 
 func settled(h *harness) func() bool {
@@ -488,6 +511,93 @@ func TestSealWithLiveWriterFallsBackToCopy(t *testing.T) {
 	})
 }
 
+// A writable mapping kept past the seal forces the copy path too, and
+// writes through it afterwards do not reach the sealed bytes.
+func TestSealWithLiveMappingFallsBackToCopy(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		r := newRaw(t, h.conn(""))
+		r.hello("rawm")
+		alloc := rawAllocate(t, r, 16384)
+		f, err := store.OpenWrite(h.root, alloc.WriteLocation.StoreID.String(), alloc.WriteLocation.RelativePath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := mmap.MapWritable(f, 16384)
+		f.Close() // only the mapping keeps the file open now
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		data := frameBytes(3, 16384)
+		copy(m.Bytes(), data)
+		r.command(wire.OpArtifactSeal, &wire.Seal{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID})
+		var sealed wire.SealOK
+		if be := r.reply(&sealed); be != nil {
+			t.Fatal(be)
+		}
+		if s := h.r.Stats(); s.CopySeals != 1 || s.LeaseSeals != 0 {
+			t.Fatalf("seal path with a live mapping: %+v", s)
+		}
+		copy(m.Bytes(), bytes.Repeat([]byte{0xee}, 16384)) // too late
+		if !bytes.Equal(readSealed(t, h, r, sealed), data) {
+			t.Fatal("sealed bytes changed through the kept mapping")
+		}
+	})
+}
+
+// A writer released while its seal runs: the artifact is never published,
+// the seal is answered, and nothing is left behind. Which of the two
+// commands the seal's I/O races is up to the scheduler, so both orders
+// are accepted, each checked for consistency.
+func TestWriterReleasedDuringSeal(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		r := newRaw(t, h.conn(""))
+		r.hello("raws")
+		for range 5 {
+			alloc := rawAllocate(t, r, 1<<20)
+			// Seal and release written back to back in one write.
+			var b []byte
+			r.id++
+			b, _ = wire.AppendFrame(b, wire.Header{ID: r.id, Kind: wire.KindCommand, Op: wire.OpArtifactSeal},
+				&wire.Seal{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID, Digest: wire.Some(wire.Digest{})}, nil)
+			r.id++
+			b, _ = wire.AppendFrame(b, wire.Header{ID: r.id, Kind: wire.KindCommand, Op: wire.OpArtifactRelease},
+				&wire.Release{OwnerIDs: []wire.OwnerID{alloc.OwnerID}}, nil)
+			r.sendBytes(b)
+			var rel wire.Released
+			var sealErr *wire.BusError
+			for range 2 {
+				if err := r.next(); err != nil {
+					t.Fatal(err)
+				}
+				switch r.env.Op {
+				case wire.OpArtifactRelease:
+					if be, err := r.env.DecodeReply(&rel); err != nil || be != nil {
+						t.Fatalf("release: %v %v", be, err)
+					}
+				case wire.OpArtifactSeal:
+					var ok wire.SealOK
+					be, err := r.env.DecodeReply(&ok)
+					if err != nil {
+						t.Fatal(err)
+					}
+					sealErr = be
+				}
+			}
+			// The zero digest never matches: a seal that ran to the end
+			// reports ARTIFACT_MISMATCH; one overtaken by the release
+			// reports ARTIFACT_GONE. Neither publishes anything.
+			if sealErr == nil || (sealErr.Code != wire.ErrArtifactGone && sealErr.Code != wire.ErrArtifactMismatch) {
+				t.Fatalf("seal after release: %v", sealErr)
+			}
+			waitFor(t, "nothing left", func() bool { s := h.r.Stats(); return s.Artifacts == 0 && s.StoreBytes == 0 })
+		}
+		if n := sealedFiles(t, h); n != 0 {
+			t.Fatalf("%d sealed files left", n)
+		}
+	})
+}
+
 // A consumer's disconnect releases its logical ownership; bytes it still
 // has mapped do not change, and the file goes once nobody owns it.
 func TestDisconnectReleasesOwnershipWithoutTouchingMappedBytes(t *testing.T) {
@@ -526,7 +636,7 @@ func TestDisconnectReleasesOwnershipWithoutTouchingMappedBytes(t *testing.T) {
 }
 
 func TestRouterRestartInvalidatesOldHandles(t *testing.T) {
-	root := shmDir(t)
+	root := shmtest.Dir(t, "flybus-test-")
 	r1, err := router.New(router.Config{Policy: router.OpenPolicy(), StoreRoot: root})
 	if err != nil {
 		t.Fatal(err)
@@ -565,4 +675,60 @@ func TestRouterRestartInvalidatesOldHandles(t *testing.T) {
 	if ents, _ := os.ReadDir(root); len(ents) != 1 {
 		t.Fatalf("store root holds %d directories, want only the new store", len(ents))
 	}
+}
+
+// Row 12.4: ARTIFACT_MISMATCH refuses an attachment whose reference
+// disagrees with the artifact it names.
+func TestMismatchedRefIsRefused(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		r := newRaw(t, h.conn(""))
+		r.hello("rawp")
+		r.command(wire.OpTopicDeclare, &wire.Declare{Name: "t", Retained: wire.RetainNone})
+		if be := r.reply(&wire.DeclareOK{}); be != nil {
+			t.Fatal(be)
+		}
+		r.command(wire.OpArtifactAllocate, &wire.Allocate{ByteLength: 16, ContentType: "x/y"})
+		var alloc wire.AllocateOK
+		if be := r.reply(&alloc); be != nil {
+			t.Fatal(be)
+		}
+		r.command(wire.OpArtifactSeal, &wire.Seal{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID})
+		var sealed wire.SealOK
+		if be := r.reply(&sealed); be != nil {
+			t.Fatal(be)
+		}
+		publish := func(ref wire.ArtifactRef) *wire.BusError {
+			t.Helper()
+			r.id++
+			b, err := wire.AppendFrame(nil, wire.Header{ID: r.id, Kind: wire.KindCommand, Op: wire.OpPublish},
+				&wire.Publish{Topic: "t"}, []wire.Attachment{{Name: "a", Ref: ref, OwnerID: sealed.OwnerID}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.sendBytes(b)
+			return r.reply(&wire.PublishOK{})
+		}
+		longer := sealed.Ref
+		longer.ByteLength++
+		if be := publish(longer); be == nil || be.Code != wire.ErrArtifactMismatch {
+			t.Fatalf("wrong byteLength: %v", be)
+		}
+		other := sealed.Ref
+		other.ContentType = "x/z"
+		if be := publish(other); be == nil || be.Code != wire.ErrArtifactMismatch {
+			t.Fatalf("wrong contentType: %v", be)
+		}
+		if be := publish(sealed.Ref); be != nil {
+			t.Fatalf("the matching reference: %v", be)
+		}
+		if st := h.r.Stats(); st.Publications != 1 {
+			t.Fatalf("publications %d, want only the matching one", st.Publications)
+		}
+		var rel wire.Released
+		r.command(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{sealed.OwnerID}})
+		if be := r.reply(&rel); be != nil || rel.Released != 1 {
+			t.Fatalf("release: %v %d", be, rel.Released)
+		}
+		waitFor(t, "everything released", settled(h))
+	})
 }

@@ -285,22 +285,6 @@ func (k *core) handle(c *conn, env *wire.Envelope, decErr *wire.BusError) {
 	}
 }
 
-// reply queues {ok:true, value} answering env.
-func (k *core) reply(c *conn, env *wire.Envelope, v wire.Body) {
-	k.replyTo(c, env.Op, wire.MsgID(env.ID), v)
-}
-
-// refuse queues {ok:false, error} answering env.
-func (k *core) refuse(c *conn, env *wire.Envelope, e *wire.BusError) {
-	k.refuseTo(c, env.Op, wire.MsgID(env.ID), e)
-}
-
-// notice queues a notice body on c's control lane.
-func (k *core) notice(c *conn, op wire.Op, b wire.Body) {
-	k.buf = b.AppendJSON(k.buf[:0])
-	k.pushControl(c, wire.KindNotice, op, wire.Opt[wire.MsgID]{}, k.buf, false)
-}
-
 // pushControl copies body onto the control lane, closing the connection
 // when the lane's bounds are exhausted: losing a reply or notice silently
 // would break the control plane, so the client goes instead.

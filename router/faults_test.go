@@ -20,6 +20,7 @@ import (
 
 	"github.com/flybus/flybus/client"
 	"github.com/flybus/flybus/internal/leakcheck"
+	"github.com/flybus/flybus/internal/shmtest"
 	"github.com/flybus/flybus/router"
 	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
@@ -913,7 +914,7 @@ func TestFaultRouterCrashLeavesAnOrphanStore(t *testing.T) {
 	})
 	tmp := t.TempDir()
 	bin := flybusBinary(t, tmp)
-	root := shmDir(t)
+	root := shmtest.Dir(t, "flybus-test-")
 	maps0, _ := leakcheck.Mappings(root)
 	ctx := ctxT(t)
 

@@ -10,8 +10,6 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"os"
-	"path/filepath"
 	"reflect"
 	"runtime"
 	"strings"
@@ -20,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flybus/flybus/internal/shmtest"
 	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
 )
@@ -95,10 +94,7 @@ type connFuzzer struct {
 
 func newConnFuzzer(tb testing.TB) *connFuzzer {
 	tb.Helper()
-	root, err := shmTemp("flybus-fuzz-")
-	if err != nil {
-		tb.Fatal(err)
-	}
+	root := shmtest.Dir(tb, "flybus-fuzz-") // removed after the cleanup below
 	cf := &connFuzzer{root: root, warns: &warnLog{}, shapes: map[wire.Op]wire.Shape{}}
 	for _, s := range wire.Shapes() {
 		cf.shapes[s.Op] = s
@@ -109,8 +105,8 @@ func newConnFuzzer(tb testing.TB) *connFuzzer {
 				tb.Errorf("shutdown: %v", err)
 			}
 		}
-		os.RemoveAll(root)
 	})
+	var err error
 	if cf.files, err = cf.newRouter(store.ModeFiles); err != nil {
 		tb.Fatal(err)
 	}
@@ -162,19 +158,6 @@ func (cf *connFuzzer) run(stream, plan []byte) (*fuzzTranscript, error) {
 		err = fmt.Errorf("shutdown: %v", serr)
 	}
 	return tr, err
-}
-
-// shmTemp makes a directory on tmpfs, as production store roots are, under
-// the real path of /dev/shm (the store refuses a root behind a symlink);
-// without /dev/shm, in the temporary directory.
-func shmTemp(prefix string) (string, error) {
-	base := ""
-	if real, err := filepath.EvalSymlinks("/dev/shm"); err == nil {
-		if fi, err := os.Stat(real); err == nil && fi.IsDir() {
-			base = real
-		}
-	}
-	return os.MkdirTemp(base, prefix)
 }
 
 // freshCore replaces r's core with a new one with pinned ids.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/internal/shmtest"
 	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
 )
@@ -220,11 +221,8 @@ func (t *recordTap) Read(p []byte) (int, error) {
 // random store id to the pinned one.
 func recordSession(t *testing.T, run func(ctx context.Context, t *testing.T, nc net.Conn, root string), mode store.Mode) recording {
 	t.Helper()
-	root, err := shmTemp("flybus-seed-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(root)
+	root := shmtest.Dir(t, "flybus-seed-")
+	defer os.RemoveAll(root) // at once: a test records many sessions
 	r, err := New(Config{StoreRoot: root, StoreMode: mode, Policy: OpenPolicy(), Limits: fuzzLimits()})
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,9 @@
 package router_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"net"
 	"os"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/flybus/flybus/client"
 	"github.com/flybus/flybus/internal/leakcheck"
+	"github.com/flybus/flybus/internal/shmtest"
 	"github.com/flybus/flybus/router"
 	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
@@ -125,7 +128,7 @@ func forTransport(t *testing.T, name string, cfg router.Config, unix bool, fn fu
 
 func newHarness(t *testing.T, cfg router.Config, unix bool) *harness {
 	if cfg.StoreRoot == "" {
-		cfg.StoreRoot = shmDir(t)
+		cfg.StoreRoot = shmtest.Dir(t, "flybus-test-")
 	}
 	r, err := router.New(cfg)
 	if err != nil {
@@ -199,21 +202,6 @@ func fdTargets() string {
 	return strings.Join(out, " ")
 }
 
-// shmDir is a store root on tmpfs when the machine has /dev/shm, as in
-// production; the test removes it.
-func shmDir(t *testing.T) string {
-	base := ""
-	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
-		base = "/dev/shm"
-	}
-	dir, err := os.MkdirTemp(base, "flybus-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
@@ -251,4 +239,154 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// tapConn sits between an SDK client and its transport. It records the op
+// of every frame the client writes, and can hold one Write until the test
+// lets it go, so that the client's write token stays taken and everything
+// else the client queues waits behind it.
+type tapConn struct {
+	net.Conn
+
+	mu      sync.Mutex
+	pending []byte   // written bytes not yet forming a whole frame
+	ops     []string // op of every whole frame written, in order
+	armed   bool
+	entered chan struct{} // closed when the held Write has started
+	gate    chan struct{} // closed to let the held Write through
+	opened  bool
+}
+
+func newTap(nc net.Conn) *tapConn { return &tapConn{Conn: nc} }
+
+// hold makes the next Write wait for release; the returned channel is
+// closed once that Write has started.
+func (c *tapConn) hold() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armed = true
+	c.entered = make(chan struct{})
+	c.gate = make(chan struct{})
+	c.opened = false
+	return c.entered
+}
+
+// release lets a held Write through. Idempotent.
+func (c *tapConn) release() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armed = false
+	if c.gate != nil && !c.opened {
+		c.opened = true
+		close(c.gate)
+	}
+}
+
+func (c *tapConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	var gate chan struct{}
+	if c.armed {
+		c.armed = false
+		gate = c.gate
+		close(c.entered)
+	}
+	c.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	n, err := c.Conn.Write(p)
+	c.record(p[:n])
+	return n, err
+}
+
+func (c *tapConn) record(p []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pending = append(c.pending, p...)
+	for len(c.pending) >= 4 {
+		n := int(binary.LittleEndian.Uint32(c.pending))
+		if len(c.pending) < 4+n {
+			break
+		}
+		c.ops = append(c.ops, opOf(c.pending[4:4+n]))
+		c.pending = c.pending[4+n:]
+	}
+}
+
+// Close lets a held Write go first, so the client's writer can stop.
+func (c *tapConn) Close() error {
+	c.release()
+	return c.Conn.Close()
+}
+
+// written returns how many whole frames the client has written.
+func (c *tapConn) written() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.ops)
+}
+
+// opsSince returns the ops of the frames written after the first n.
+func (c *tapConn) opsSince(n int) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.ops[n:]...)
+}
+
+// opOf reads the envelope's op: the first "op" key of the frame's JSON.
+func opOf(frame []byte) string {
+	const key = `"op":"`
+	i := bytes.Index(frame, []byte(key))
+	if i < 0 {
+		return "?"
+	}
+	rest := frame[i+len(key):]
+	j := bytes.IndexByte(rest, '"')
+	if j < 0 {
+		return "?"
+	}
+	return string(rest[:j])
+}
+
+// dialTap connects an SDK client through a tapConn.
+func (h *harness) dialTap(id string, cfg client.Config) (*client.Client, *tapConn) {
+	h.t.Helper()
+	tc := newTap(h.conn(""))
+	cfg.ClientID, cfg.StoreRoot = id, h.root
+	c, err := client.Connect(ctxT(h.t), tc, cfg)
+	if err != nil {
+		h.t.Fatalf("connect %s: %v", id, err)
+	}
+	h.t.Cleanup(func() { tc.release(); c.Close() })
+	return c, tc
+}
+
+// blockWriter takes c's write token with a round trip whose Write is held
+// by tc, and returns once that Write has started. The returned channel
+// yields the round trip's outcome after tc.release.
+func blockWriter(t *testing.T, c *client.Client, tc *tapConn) <-chan error {
+	t.Helper()
+	entered := tc.hold()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.DeclareTopic(context.Background(), "test.held", wire.RetainNone)
+		done <- err
+	}()
+	select {
+	case <-entered:
+	case <-ctxT(t).Done():
+		t.Fatal("the held write never started")
+	}
+	return done
+}
+
+// rawAllocate allocates through a raw client and returns the grant.
+func rawAllocate(t *testing.T, r *raw, n uint64) wire.AllocateOK {
+	t.Helper()
+	r.command(wire.OpArtifactAllocate, &wire.Allocate{ByteLength: n, ContentType: "x/y"})
+	var a wire.AllocateOK
+	if be := r.reply(&a); be != nil {
+		t.Fatal(be)
+	}
+	return a
 }

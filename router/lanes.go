@@ -1,6 +1,9 @@
 package router
 
-import "github.com/flybus/flybus/wire"
+import (
+	"github.com/flybus/flybus/fastpath"
+	"github.com/flybus/flybus/wire"
+)
 
 // conn is one connection's state inside the core. Its outbound lanes are
 // pulled by the connection's writer under the router lock:
@@ -12,6 +15,11 @@ import "github.com/flybus/flybus/wire"
 //
 // A topic frame gets a turn after topicStarve consecutive higher-priority
 // frames, so a busy control plane cannot starve topic data entirely.
+//
+// Every field is routing-core state, read and written only by a step,
+// under the router's lock (Router.mu); id and bound never change after
+// accept. The shell reaches the connection's transport through its shell,
+// never through conn.
 type conn struct {
 	id    wire.ConnID
 	bound string // launcher-bound client id, or "" when unbound
@@ -53,13 +61,6 @@ type conn struct {
 	bodyFree [][]byte
 }
 
-// Spare control bodies are kept up to these bounds; a larger body is left
-// to the collector.
-const (
-	maxFreeBodies = 32
-	maxFreeBody   = 4 << 10
-)
-
 // takeBody returns an empty buffer for a control body.
 func (c *conn) takeBody() []byte {
 	if n := len(c.bodyFree); n > 0 {
@@ -74,7 +75,8 @@ func (c *conn) takeBody() []byte {
 // recycle takes back the control bodies of frames its writer has encoded.
 func (c *conn) recycle(bodies [][]byte) {
 	for _, b := range bodies {
-		if cap(b) <= maxFreeBody && len(c.bodyFree) < maxFreeBodies {
+		// Bounded as fastpath says; a larger body is left to the collector.
+		if cap(b) <= fastpath.FreeBodyBytes && len(c.bodyFree) < fastpath.FreeBodies {
 			c.bodyFree = append(c.bodyFree, b[:0])
 		}
 	}
@@ -141,6 +143,20 @@ func popFront[T any](q *[]T) T {
 	s[n] = zero
 	*q = s[:n]
 	return head
+}
+
+// pickRoundRobin returns the first of xs, starting at *rr, that is ready,
+// and moves *rr past it, so that queues take turns.
+func pickRoundRobin[T any](xs []T, rr *int, ready func(T) bool) (T, bool) {
+	n := len(xs)
+	for i := range n {
+		if x := xs[(*rr+i)%n]; ready(x) {
+			*rr = (*rr + i + 1) % n
+			return x, true
+		}
+	}
+	var zero T
+	return zero, false
 }
 
 // deliveryID is the delivery a frame carries, for rewriting attachment
@@ -246,30 +262,25 @@ func (k *core) nextResult(c *conn) (frame, bool) {
 // that has an in-flight credit and owner room (a request root and a reply
 // capability) on this connection.
 func (k *core) nextRequest(c *conn) (frame, bool) {
-	n := len(c.services)
-	if n == 0 || !c.hasRoom(2, k.limits.MaxOwnersPerClient) {
+	if len(c.services) == 0 || !c.hasRoom(2, k.limits.MaxOwnersPerClient) {
 		return frame{}, false
 	}
-	for i := range n {
-		s := c.services[(c.rr+i)%n]
-		if len(s.queue) == 0 || s.inflight >= s.maxInFlight {
-			continue
-		}
-		c.rr = (c.rr + i + 1) % n
-		cl := popFront(&s.queue)
-		d := wire.DeliveryID(c.dlvNext)
-		c.dlvNext++
-		cl.state, cl.reqDlv = callDispatched, d
-		s.inflight++
-		c.dlvs[d] = dlvRef{call: cl, arts: cl.arts}
-		c.caps[d] = cl
-		var caller wire.Identity
-		if cl.caller != nil {
-			caller = cl.caller.ident
-		}
-		return frame{hdr: wire.Header{Kind: wire.KindDelivery, Op: wire.OpRPCRequest},
-			req: wire.Request{DeliveryID: d, CallID: cl.id, Caller: caller, Target: s.name,
-				ServiceIncarnation: s.inc, Method: cl.method, Payload: cl.payload}, atts: cl.atts}, true
+	s, ok := pickRoundRobin(c.services, &c.rr, (*service).ready)
+	if !ok {
+		return frame{}, false
 	}
-	return frame{}, false
+	cl := popFront(&s.queue)
+	d := wire.DeliveryID(c.dlvNext)
+	c.dlvNext++
+	cl.state, cl.reqDlv = callDispatched, d
+	s.inflight++
+	c.dlvs[d] = dlvRef{call: cl, arts: cl.arts}
+	c.caps[d] = cl
+	var caller wire.Identity
+	if cl.caller != nil {
+		caller = cl.caller.ident
+	}
+	return frame{hdr: wire.Header{Kind: wire.KindDelivery, Op: wire.OpRPCRequest},
+		req: wire.Request{DeliveryID: d, CallID: cl.id, Caller: caller, Target: s.name,
+			ServiceIncarnation: s.inc, Method: cl.method, Payload: cl.payload}, atts: cl.atts}, true
 }

@@ -1,6 +1,11 @@
 package router
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/flybus/flybus/wire"
+)
 
 // Pattern matches service or topic names: any name, one exact name, or every
 // name starting with a prefix.
@@ -25,16 +30,20 @@ func Exact(name string) Pattern { return Pattern{kind: patExact, value: name} }
 // "agent.fly-a").
 func Prefix(p string) Pattern { return Pattern{kind: patPrefix, value: p} }
 
-// ParsePattern reads the configuration spelling: "*" is Any, "x.*" is
-// Prefix("x."), anything else is Exact.
-func ParsePattern(s string) Pattern {
+// ParsePattern reads the configuration spelling of a pattern: "*" is Any,
+// "x.*" is Prefix("x.") for a valid name x, a valid service or topic name
+// is Exact. Anything else ("ab*", "a..*", "") is refused: a grant that
+// reads differently from what it admits is a grant nobody meant.
+func ParsePattern(s string) (Pattern, error) {
 	switch {
 	case s == "*":
-		return Any()
-	case strings.HasSuffix(s, "*"):
-		return Prefix(strings.TrimSuffix(s, "*"))
+		return Any(), nil
+	case strings.HasSuffix(s, ".*") && wire.ValidName(strings.TrimSuffix(s, ".*")):
+		return Prefix(strings.TrimSuffix(s, "*")), nil
+	case wire.ValidName(s):
+		return Exact(s), nil
 	}
-	return Exact(s)
+	return Pattern{}, fmt.Errorf("pattern %q: want \"*\", \"prefix.*\" or an exact service or topic name", s)
 }
 
 // Match reports whether the pattern admits name.

@@ -351,33 +351,31 @@ func (k *core) enqueue(s *subscription, m *topicMsg) bool {
 // robin, that has a credit, while the connection stays within the owner
 // budget left after the reserve for RPC. Over budget, messages wait.
 func (k *core) nextTopicMessage(c *conn) (frame, bool) {
-	n := len(c.subs)
-	if n == 0 || !c.hasRoom(1, k.limits.MaxOwnersPerClient-k.limits.ReservedOwnersPerClient) {
+	if len(c.subs) == 0 || !c.hasRoom(1, k.limits.MaxOwnersPerClient-k.limits.ReservedOwnersPerClient) {
 		return frame{}, false
 	}
-	for i := range n {
-		s := c.subs[(c.subRR+i)%n]
-		if len(s.queue) == 0 || s.inflight >= s.maxInFlight {
-			continue
-		}
-		c.subRR = (c.subRR + i + 1) % n
-		m := popFront(&s.queue)
-		if s.mode == wire.ModeBounded {
-			c.queuedBytes -= m.size
-		}
-		d := wire.DeliveryID(c.dlvNext)
-		c.dlvNext++
-		c.dlvs[d] = dlvRef{sub: s, msg: m, arts: m.arts}
-		s.inflight++
-		replaced := s.replaced
-		s.replaced = 0
-		return frame{hdr: wire.Header{Kind: wire.KindDelivery, Op: wire.OpTopicMessage},
-			msg: wire.TopicMessage{DeliveryID: d, SubscriptionID: s.id, Topic: m.topic,
-				TopicIncarnation: m.inc, TopicSequence: m.seq, Replaced: replaced, Payload: m.payload},
-			atts: m.atts}, true
+	s, ok := pickRoundRobin(c.subs, &c.subRR, (*subscription).ready)
+	if !ok {
+		return frame{}, false
 	}
-	return frame{}, false
+	m := popFront(&s.queue)
+	if s.mode == wire.ModeBounded {
+		c.queuedBytes -= m.size
+	}
+	d := wire.DeliveryID(c.dlvNext)
+	c.dlvNext++
+	c.dlvs[d] = dlvRef{sub: s, msg: m, arts: m.arts}
+	s.inflight++
+	replaced := s.replaced
+	s.replaced = 0
+	return frame{hdr: wire.Header{Kind: wire.KindDelivery, Op: wire.OpTopicMessage},
+		msg: wire.TopicMessage{DeliveryID: d, SubscriptionID: s.id, Topic: m.topic,
+			TopicIncarnation: m.inc, TopicSequence: m.seq, Replaced: replaced, Payload: m.payload},
+		atts: m.atts}, true
 }
+
+// ready reports whether s has a queued message and a credit to deliver it.
+func (s *subscription) ready() bool { return len(s.queue) > 0 && s.inflight < s.maxInFlight }
 
 // closeSubscriptions tells every subscriber its subscription ended (router
 // shutdown is the only cause in v1) and discards their queues.

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flybus/flybus/fastpath"
 	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
 )
@@ -233,9 +234,11 @@ func (r *Router) serve(nc net.Conn, bound string) error {
 		nc.Close()
 		return err
 	}
-	sh := &shell{r: r, c: c, nc: nc, tw: tryWriterOf(nc), kick: make(chan struct{}, 1), frames: make([]frame, 0, writeBatch)}
+	sh := &shell{r: r, c: c, nc: nc, tw: tryWriterOf(nc), kick: make(chan struct{}, 1), frames: make([]frame, 0, fastpath.WriteBatch)}
 	r.shells[c] = sh
-	r.wg.Add(2)
+	// The reader, the writer and the hello timer's callback: Shutdown
+	// waits for each. The timer counts until it fires or is stopped.
+	r.wg.Add(3)
 	r.mu.Unlock()
 	sh.helloTimer = time.AfterFunc(r.cfg.HelloTimeout, sh.helloExpired)
 	go sh.readLoop()
@@ -249,9 +252,9 @@ func (r *Router) serve(nc net.Conn, bound string) error {
 // asked for. It returns what the step reported about the input's
 // connection.
 func (r *Router) step(in input) (violation string, closing bool) {
-	var wakeArr, directArr [8]*shell
+	var wakeArr, directArr, closingArr [8]*shell
 	var effs [4]effect
-	wake, direct := wakeArr[:0], directArr[:0]
+	wake, direct, closingShells := wakeArr[:0], directArr[:0], closingArr[:0]
 	r.mu.Lock()
 	rd := r.core.step(in)
 	effects := append(effs[:0], rd.effects...)
@@ -261,10 +264,7 @@ func (r *Router) step(in input) (violation string, closing bool) {
 		switch {
 		case sh == nil:
 		case c.closing:
-			// A peer that stopped reading must not hold the writer
-			// past the final notice.
-			_ = sh.nc.SetWriteDeadline(time.Now().Add(closeGrace))
-			wake = append(wake, sh)
+			closingShells = append(closingShells, sh)
 		case sh.writing:
 			// Its holder pulls again before letting go.
 		case sh.tw == nil:
@@ -275,6 +275,15 @@ func (r *Router) step(in input) (violation string, closing bool) {
 		}
 	}
 	r.mu.Unlock()
+	if len(closingShells) > 0 {
+		// A peer that stopped reading must not hold the writer past the
+		// final notice. (Clocks and deadlines stay out of the lock.)
+		dl := time.Now().Add(closeGrace)
+		for _, sh := range closingShells {
+			_ = sh.nc.SetWriteDeadline(dl)
+			sh.wake()
+		}
+	}
 	for _, sh := range wake {
 		sh.wake()
 	}

@@ -19,6 +19,9 @@ type service struct {
 	removed     bool
 }
 
+// ready reports whether s has a queued call and an in-flight credit.
+func (s *service) ready() bool { return len(s.queue) > 0 && s.inflight < s.maxInFlight }
+
 // unqueue removes a call that is still waiting for dispatch.
 func (s *service) unqueue(cl *call) {
 	for i, x := range s.queue {
@@ -201,22 +204,6 @@ func (k *core) opCall(c *conn, env *wire.Envelope) *wire.BusError {
 	k.reply(c, env, &wire.CallOK{Accepted: true, ServiceIncarnation: s.inc})
 	k.markDirty(s.conn)
 	return nil
-}
-
-// deliverySize encodes a delivery with the longest router-added ids and
-// returns its length: what the router would have to send must fit too.
-func (k *core) deliverySize(op wire.Op, body wire.Body, atts []wire.Attachment) int {
-	if len(atts) > 0 {
-		long := k.scratch.atts[:0]
-		for _, a := range atts {
-			a.OwnerID = wire.OwnerID{Delivery: true, N: maxSerial}
-			long = append(long, a)
-		}
-		k.scratch.atts, atts = long, long
-	}
-	k.buf = wire.AppendEnvelope(k.buf[:0], wire.Header{ID: maxSerial, Kind: wire.KindDelivery, Op: op}, body, atts)
-	clear(k.scratch.atts)
-	return len(k.buf)
 }
 
 func (k *core) opReply(c *conn, env *wire.Envelope) *wire.BusError {

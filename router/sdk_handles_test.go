@@ -1,6 +1,7 @@
 package router_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -294,4 +295,231 @@ func TestConnectToAFullRouterSaysWhy(t *testing.T) {
 	if _, err := first.DeclareTopic(ctxT(t), "still.up", wire.RetainNone); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Row 2.6: a clone shares its original's owner. Closing the original keeps
+// the clone usable; the owner goes only when both are closed.
+func TestCloneSharesTheOwner(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		c := h.dial("producer")
+		data := frameBytes(11, 4096)
+		a := produce(t, c, data)
+		cl, err := a.Clone()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cl.OwnerID() != a.OwnerID() || cl.Ref() != a.Ref() {
+			t.Fatalf("clone %v %+v, original %v %+v", cl.OwnerID(), cl.Ref(), a.OwnerID(), a.Ref())
+		}
+		a.Close()
+		barrier(t, c) // a release, had one been queued, is handled now
+		if st := h.r.Stats(); st.Owners != 1 || st.ArtifactRoots != 1 || st.Artifacts != 1 {
+			t.Fatalf("closing the original released the shared owner: %+v", st)
+		}
+		got, err := cl.ReadAll(ctx)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("the clone after the original closed: %v", err)
+		}
+		cl.Close()
+		waitFor(t, "the owner released after both closed", settled(h))
+		if n := c.ControlErrors(); n != 0 {
+			t.Fatalf("%d refused control commands", n)
+		}
+	})
+}
+
+// Row 8.3.2: clones and extractions are local: they write nothing.
+func TestLocalClonesSendNothing(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		prod := h.dial("producer")
+		cons, tc := h.dialTap("consumer", client.Config{})
+		mustDeclare(t, prod, "frames", wire.RetainNone)
+		s, err := cons.Subscribe(ctx, "frames", client.Bounded())
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := produce(t, prod, frameBytes(19, 1024))
+		if _, err := prod.Publish(ctx, "frames", nil, client.Attach("img", a)); err != nil {
+			t.Fatal(err)
+		}
+		a.Close()
+		barrier(t, prod) // the producer's release is processed before the count is read
+		m, err := s.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		barrier(t, cons)
+		before := tc.written()
+		owners := h.r.Stats().Owners
+		var handles []*client.Artifact
+		for range 2 {
+			x, err := m.Artifact("img")
+			if err != nil {
+				t.Fatal(err)
+			}
+			y, err := x.Clone()
+			if err != nil {
+				t.Fatal(err)
+			}
+			z, err := y.Clone()
+			if err != nil {
+				t.Fatal(err)
+			}
+			handles = append(handles, x, y, z)
+		}
+		barrier(t, cons) // flushes anything the clones might have queued
+		if ops := tc.opsSince(before); len(ops) != 1 || ops[0] != wire.OpTopicDeclare.String() {
+			t.Fatalf("clones and extractions wrote %v, want only the barrier", ops)
+		}
+		if st := h.r.Stats(); st.Owners != owners {
+			t.Fatalf("owners %d before, %d after local clones", owners, st.Owners)
+		}
+		for _, x := range handles {
+			x.Close()
+		}
+		m.Close()
+		waitFor(t, "everything released", settled(h))
+		if n := cons.ControlErrors(); n != 0 {
+			t.Fatalf("%d refused control commands", n)
+		}
+	})
+}
+
+// Row 8.3.4: ownership is per delivery. Keeping one of a message's two
+// artifacts keeps the other alive too, until the kept one is closed.
+func TestOneArtifactKeepsTheDelivery(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		prod, cons := h.dial("producer"), h.dial("consumer")
+		mustDeclare(t, prod, "pairs", wire.RetainNone)
+		s, err := cons.Subscribe(ctx, "pairs", client.Bounded())
+		if err != nil {
+			t.Fatal(err)
+		}
+		left, right := produce(t, prod, frameBytes(21, 2048)), produce(t, prod, frameBytes(23, 2048))
+		if _, err := prod.Publish(ctx, "pairs", nil, client.Attach("left", left), client.Attach("right", right)); err != nil {
+			t.Fatal(err)
+		}
+		left.Close()
+		right.Close()
+		barrier(t, prod)
+		m, err := s.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept, err := m.Artifact("left")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Close()
+		barrier(t, cons)
+		if n := sealedFiles(t, h); n != 2 {
+			t.Fatalf("%d sealed files while one artifact of the delivery is kept, want 2", n)
+		}
+		if st := h.r.Stats(); st.Owners != 1 || st.Artifacts != 2 || st.ArtifactRoots != 2 {
+			t.Fatalf("the delivery was released with one artifact kept: %+v", st)
+		}
+		kept.Close()
+		waitFor(t, "both collected", settled(h))
+		if n := sealedFiles(t, h); n != 0 {
+			t.Fatalf("%d sealed files left", n)
+		}
+	})
+}
+
+// Row 8.2.8: a publication whose context has already expired keeps its
+// attachment's owner until the late reply arrives. The publish is held
+// behind a blocked write; the artifact handle is closed meanwhile. Had the
+// guard been dropped with the context, its release would travel on the
+// control lane ahead of the publication, which would then be refused.
+func TestExpiredPublishKeepsTheGuard(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		prod, tc := h.dialTap("producer", client.Config{})
+		cons := h.dial("consumer")
+		mustDeclare(t, prod, "frames", wire.RetainNone)
+		s, err := cons.Subscribe(ctx, "frames", client.Bounded())
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := frameBytes(17, 4096)
+		a := produce(t, prod, data)
+
+		held := blockWriter(t, prod, tc)
+		expired, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := prod.Publish(expired, "frames", nil, client.Attach("img", a)); !errors.Is(err, context.Canceled) {
+			t.Fatalf("publish with an expired context: %v", err)
+		}
+		a.Close() // the publication still holds the owner
+		tc.release()
+		if err := <-held; err != nil {
+			t.Fatal(err)
+		}
+
+		m, err := s.Next(ctx)
+		if err != nil {
+			t.Fatalf("the late publication was not admitted: %v", err)
+		}
+		img, err := m.Artifact("img")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := img.ReadAll(ctx)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("the published artifact: %v", err)
+		}
+		img.Close()
+		m.Close()
+		barrier(t, prod) // the late reply has been handled
+		waitFor(t, "everything released", settled(h))
+		if n := prod.ControlErrors(); n != 0 {
+			t.Fatalf("%d refused control commands (a use after release)", n)
+		}
+		ops := tc.opsSince(0)
+		for i, op := range ops {
+			if op == wire.OpPublish.String() {
+				for _, later := range ops[:i] {
+					if later == wire.OpArtifactRelease.String() {
+						t.Fatalf("a release was written before the publication: %v", ops)
+					}
+				}
+			}
+		}
+	})
+}
+
+// Row 8.3.16: the SDK's control lane overflowing closes the connection
+// rather than drop a release.
+func TestClientControlLaneOverflowCloses(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		c, tc := h.dialTap("producer", client.Config{ControlLaneCapacity: 4})
+		var arts []*client.Artifact
+		for i := range 5 {
+			arts = append(arts, produce(t, c, frameBytes(byte(i), 64)))
+		}
+		held := blockWriter(t, c, tc)
+		for i, a := range arts[:4] {
+			a.Close()
+			if err := c.Err(); err != nil {
+				t.Fatalf("closed after %d releases, capacity 4: %v", i+1, err)
+			}
+		}
+		arts[4].Close() // the fifth pending release overflows the lane
+		select {
+		case <-c.Done():
+		case <-ctx.Done():
+			t.Fatal("the connection survived a control lane overflow")
+		}
+		if err := c.Err(); err == nil || !strings.Contains(err.Error(), "overflow") {
+			t.Fatalf("Err after overflow: %v", err)
+		}
+		if err := <-held; code(t, err) != wire.ErrRouterLost {
+			t.Fatalf("the held command: %v", err)
+		}
+		waitFor(t, "the router to release the connection's owners", settled(h))
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/flybus/flybus/fastpath"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -13,9 +14,14 @@ import (
 // core, and a writer that pulls frames off the connection's lanes, encodes
 // them outside the lock and writes them. A client that stops reading
 // stalls only its own writer.
+//
+// Who owns what: the first block is set before the goroutines start and
+// never changes (nc and kick are safe for concurrent use); writing,
+// handoff and rest are guarded by r.mu; frames, buf, atts and spent belong
+// to whoever holds the write token (a stepping goroutine or the writer).
 type shell struct {
 	r          *Router
-	c          *conn
+	c          *conn // core state: read and written only under r.mu
 	nc         net.Conn
 	tw         tryWriter // nil: this transport cannot write without blocking
 	kick       chan struct{}
@@ -24,7 +30,7 @@ type shell struct {
 	// The write token and what its holder owns (see writeDirect).
 	writing bool   // guarded by r.mu: the token is held
 	handoff bool   // guarded by r.mu: passed to the writer goroutine with rest
-	rest    []byte // bytes a step could not write without blocking
+	rest    []byte // guarded by r.mu: bytes a step could not write without blocking
 	frames  []frame
 	buf     []byte
 	atts    []wire.Attachment
@@ -34,9 +40,6 @@ type shell struct {
 // closeGrace bounds how long a writer keeps trying to deliver the final
 // frames to a peer that stopped reading.
 const closeGrace = 2 * time.Second
-
-// writeBatch is how many frames a writer pulls per lock acquisition.
-const writeBatch = 32
 
 // defaultFrameTimeout is Config.FrameTimeout's default.
 const defaultFrameTimeout = 10 * time.Second
@@ -62,7 +65,10 @@ func (sh *shell) wake() {
 	}
 }
 
-func (sh *shell) helloExpired() { sh.r.step(input{kind: inHelloExpired, conn: sh.c}) }
+func (sh *shell) helloExpired() {
+	defer sh.r.wg.Done()
+	sh.r.step(input{kind: inHelloExpired, conn: sh.c})
+}
 
 func (sh *shell) readLoop() {
 	defer sh.r.wg.Done()
@@ -106,6 +112,7 @@ func (sh *shell) readLoop() {
 			return
 		}
 		why, closing := sh.r.step(input{kind: inCommand, conn: sh.c, env: &env, bodyErr: be})
+		dec.Trim() // an idle connection must not pin a large frame's tape
 		if why != "" {
 			sh.logViolation(why)
 		}
@@ -237,12 +244,25 @@ func (sh *shell) writeDirect() {
 			sh.handOff(sh.buf[n:])
 			return
 		}
+		sh.trimBuf()
 	}
 	r.mu.Lock()
 	r.core.stats.directWrites++
 	sh.writing = false
 	r.mu.Unlock()
 	sh.wake()
+}
+
+// keepWriteBytes bounds the coalescing buffer a connection keeps between
+// writes (fastpath.KeepWriteBytes).
+var keepWriteBytes = fastpath.KeepWriteBytes()
+
+// trimBuf lets a burst's buffer go once it is written, so that a
+// connection does not pin it for the rest of its life.
+func (sh *shell) trimBuf() {
+	if cap(sh.buf) > keepWriteBytes {
+		sh.buf = nil
+	}
 }
 
 // handOff passes the token and the unwritten bytes to the writer goroutine.
@@ -302,7 +322,11 @@ func (sh *shell) giveBack() {
 // connection after its final notice or when the peer is gone.
 func (sh *shell) writeLoop() {
 	defer sh.r.wg.Done()
-	defer sh.helloTimer.Stop()
+	defer func() {
+		if sh.helloTimer.Stop() {
+			sh.r.wg.Done() // it will never fire
+		}
+	}()
 	r := sh.r
 	for {
 		r.mu.Lock()
@@ -349,9 +373,7 @@ func (sh *shell) writeLoop() {
 				sh.finish()
 				return
 			}
-			if cap(sh.buf) > 1<<20 {
-				sh.buf = nil // do not pin a burst's buffer
-			}
+			sh.trimBuf()
 		}
 		<-sh.kick
 	}

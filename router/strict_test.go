@@ -274,3 +274,33 @@ func TestControlLaneExhaustionCloses(t *testing.T) {
 		}
 	})
 }
+
+// Row 5.42: the reply to an op the router does not know carries op
+// "unknown" on the wire, and the connection stays up.
+func TestUnknownOpReplySpelling(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		r := newRaw(t, h.conn(""))
+		r.hello("raw")
+		r.id++
+		id := "msg-" + wire.FormatU64(r.id)
+		r.sendBytes(frameOf(`{"protocol":"flybus","major":1,"minor":0,"id":"` + id + `","replyTo":null,"kind":"command","op":"no.such.op","body":{},"attachments":[]}`))
+		f, err := r.fr.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(f)
+		for _, want := range []string{`"op":"unknown"`, `"kind":"reply"`, `"replyTo":"` + id + `"`, `"INVALID_ENVELOPE"`} {
+			if !strings.Contains(text, want) {
+				t.Fatalf("reply %s lacks %s", text, want)
+			}
+		}
+		if strings.Contains(text, `"op":"no.such.op"`) {
+			t.Fatalf("reply echoes the unknown op: %s", text)
+		}
+		// Still up: a valid command works.
+		r.command(wire.OpTopicDeclare, &wire.Declare{Name: "t", Retained: wire.RetainNone})
+		if be := r.reply(&wire.DeclareOK{}); be != nil {
+			t.Fatal(be)
+		}
+	})
+}

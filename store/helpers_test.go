@@ -9,27 +9,16 @@ import (
 	"testing"
 
 	"github.com/flybus/flybus/internal/leakcheck"
+	"github.com/flybus/flybus/internal/shmtest"
 	"golang.org/x/sys/unix"
 )
-
-// shmRoot returns a fresh store root on /dev/shm, where production stores
-// live (tmpfs, which supports leases), or a test temp dir without /dev/shm.
-func shmRoot(t testing.TB) string {
-	t.Helper()
-	d, err := os.MkdirTemp("/dev/shm", "flybus-store-test-")
-	if err != nil {
-		return t.TempDir()
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
 
 // openStore opens a store under a fresh root and closes it when the test
 // ends.
 func openStore(t testing.TB, cfg Config) *Store {
 	t.Helper()
 	if cfg.Root == "" {
-		cfg.Root = shmRoot(t)
+		cfg.Root = shmtest.Dir(t, "flybus-store-test-")
 	}
 	s, err := Open(cfg)
 	if err != nil {

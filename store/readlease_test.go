@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flybus/flybus/internal/shmtest"
 )
 
 // The pooled store (planned) proves a seal with a read lease instead of a
@@ -16,15 +18,7 @@ import (
 // is open for writing, including a writable shared mapping whose descriptor
 // was already closed.
 func TestReadLeaseSemantics(t *testing.T) {
-	dir := t.TempDir()
-	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
-		d, err := os.MkdirTemp("/dev/shm", "flybus-lease-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(d) })
-		dir = d
-	}
+	dir := shmtest.Dir(t, "flybus-lease-")
 	const size = 1 << 16
 	path := filepath.Join(dir, "slot")
 	if err := os.WriteFile(path, make([]byte, size), 0o600); err != nil {

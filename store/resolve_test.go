@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flybus/flybus/internal/shmtest"
 )
 
 var relPathCases = []struct {
@@ -109,7 +111,7 @@ const testID = "store-0123456789abcdef"
 //	<tmp>/root/store-…/innerdir -> sub             (inside, still refused)
 func locationTree(t *testing.T) (root string) {
 	t.Helper()
-	base := shmRoot(t)
+	base := shmtest.Dir(t, "flybus-store-test-")
 	outside := filepath.Join(base, "outside")
 	root = filepath.Join(base, "root")
 	store := filepath.Join(root, testID)

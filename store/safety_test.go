@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/flybus/flybus/internal/shmtest"
 )
 
 // nobody is the uid and gid a test running as root gives a directory to
@@ -83,7 +85,7 @@ func TestOpenRefusesUnsafeRoot(t *testing.T) {
 			if c.root && !asRoot {
 				t.Skip("giving a directory to another user needs root")
 			}
-			base := shmRoot(t)
+			base := shmtest.Dir(t, "flybus-store-test-")
 			root, culprit := c.setup(t, base)
 			before := snapshotTree(t, base)
 			s, err := Open(Config{Root: root})
@@ -109,7 +111,7 @@ func TestOpenRefusesUnsafeRoot(t *testing.T) {
 // root is fine, as /tmp and /dev/shm are; missing directories are created
 // 0700, and an existing root readable by others is used as it is.
 func TestOpenAcceptsSafeRoots(t *testing.T) {
-	base := shmRoot(t)
+	base := shmtest.Dir(t, "flybus-store-test-")
 	sticky := filepath.Join(base, "sticky")
 	mkdirMode(t, sticky, fs.ModeSticky|0o777)
 	root := filepath.Join(sticky, "a", "b", "root")

@@ -9,10 +9,11 @@ import (
 	"testing"
 
 	"github.com/flybus/flybus/internal/leakcheck"
+	"github.com/flybus/flybus/internal/shmtest"
 )
 
 func TestOpenClose(t *testing.T) {
-	root := filepath.Join(shmRoot(t), "nested", "root") // Open creates it
+	root := filepath.Join(shmtest.Dir(t, "flybus-store-test-"), "nested", "root") // Open creates it
 	goroutines := leakcheck.Goroutines()
 	before := fds(t)
 
@@ -79,7 +80,7 @@ func TestOpenClose(t *testing.T) {
 }
 
 func TestOpenRefuses(t *testing.T) {
-	root := shmRoot(t)
+	root := shmtest.Dir(t, "flybus-store-test-")
 	for _, cfg := range []Config{
 		{Root: ""},
 		{Root: root, ID: "store-ABCDEF0123456789"},
@@ -121,7 +122,7 @@ func TestOpenSameIDTwice(t *testing.T) {
 }
 
 func TestOrphanSweep(t *testing.T) {
-	root := shmRoot(t)
+	root := shmtest.Dir(t, "flybus-store-test-")
 
 	// A live incarnation in this very process: flock conflicts between two
 	// open file descriptions even in one process. (Opened first, or its own
@@ -151,7 +152,7 @@ func TestOrphanSweep(t *testing.T) {
 	plainFile := filepath.Join(root, "store-fedcba9876543210")
 	write(t, plainFile)
 	symlinked := filepath.Join(root, "store-1111111111111111")
-	deadElsewhere := filepath.Join(shmRoot(t), "store-2222222222222222")
+	deadElsewhere := filepath.Join(shmtest.Dir(t, "flybus-store-test-"), "store-2222222222222222")
 	mkdir(t, deadElsewhere)
 	write(t, filepath.Join(deadElsewhere, markerName))
 	if err := os.Symlink(deadElsewhere, symlinked); err != nil {

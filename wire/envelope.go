@@ -181,6 +181,10 @@ const (
 
 var envFieldNames = []string{"protocol", "major", "minor", "id", "replyTo", "kind", "op", "body", "attachments"}
 
+// Trim lets go of a tape grown past what a decoder keeps between frames
+// (see Scanner.Trim). The last envelope's body can no longer be decoded.
+func (d *Decoder) Trim() { d.sc.Trim() }
+
 // Decode parses one frame payload (the JSON after the length prefix) into
 // env. It returns a *ProtocolError for frame- and envelope-level violations,
 // after which the connection must close, and a *BusError (INVALID_ENVELOPE)

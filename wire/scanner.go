@@ -79,9 +79,40 @@ type Scanner struct {
 // pairwise comparison of short keys beats hashing them.
 const dupLinearMax = 16
 
+// A scanner keeps its tape and key tables between documents, up to these
+// capacities: an envelope has a few dozen tokens, and one 64 KiB document
+// of tiny values (32,000 tokens, half a megabyte of tape) must not stay
+// pinned by a pooled or per-connection scanner for good.
+const (
+	keepToks  = 1024
+	keepKeys  = 256
+	keepArena = 4 << 10
+	keepTable = 1024
+)
+
+// Trim lets go of a tape or key table grown past what a scanner keeps
+// between documents. Scan trims first; a holder that may sit idle after a
+// large document (a connection's decoder) trims after it too.
+func (s *Scanner) Trim() {
+	if cap(s.toks) > keepToks {
+		s.toks = nil
+	}
+	if cap(s.keys) > keepKeys {
+		s.keys = nil
+	}
+	if cap(s.arena) > keepArena {
+		s.arena = nil
+	}
+	if cap(s.table) > keepTable {
+		s.table = nil
+	}
+	s.data = nil
+}
+
 // Scan validates data as one strict JSON text and records its tape. On error
 // the tape is meaningless.
 func (s *Scanner) Scan(data []byte) error {
+	s.Trim()
 	s.data = data
 	s.pos = 0
 	s.toks = s.toks[:0]

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/internal/shmtest"
 )
 
 // Chaos with real processes: client processes (internal/chaosclient) do
@@ -349,17 +350,9 @@ func TestChaosKills(t *testing.T) {
 
 func chaos(t *testing.T, bin, mode string, kills int64, seed uint64) {
 	dir := shortDir(t)
-	// The store on tmpfs, as in production, under the real path of
-	// /dev/shm (serve refuses a root behind a symlink).
-	shm, err := filepath.EvalSymlinks("/dev/shm")
-	if err != nil {
-		shm = ""
-	}
-	root, err := os.MkdirTemp(shm, "flybus-chaos-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
+	// The store on tmpfs, as in production (serve refuses a root behind a
+	// symlink: shmtest.Dir resolves /dev/shm).
+	root := shmtest.Dir(t, "flybus-chaos-")
 	sock := filepath.Join(dir, "bus.sock")
 	p := startFlybus(t, "serve", "--open", "--store", root, "--store-mode", mode, "--listen", sock, "--metrics", ":0", "--log-format", "json")
 	ready := p.ready(t)

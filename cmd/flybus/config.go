@@ -456,7 +456,7 @@ func parseGrants(raw json.RawMessage, where string) (router.Grants, error) {
 			return g, fmt.Errorf("%s.%s: must be an array of pattern strings", where, l.key)
 		}
 		for _, s := range pats {
-			p, err := parsePattern(s)
+			p, err := router.ParsePattern(s)
 			if err != nil {
 				return g, fmt.Errorf("%s.%s: %w", where, l.key, err)
 			}
@@ -464,21 +464,6 @@ func parseGrants(raw json.RawMessage, where string) (router.Grants, error) {
 		}
 	}
 	return g, nil
-}
-
-// parsePattern accepts the three documented spellings: "*", "prefix.*"
-// and an exact service or topic name. router.ParsePattern is more lenient
-// ("ab*" would be a prefix); configuration keeps to the documented forms.
-func parsePattern(s string) (router.Pattern, error) {
-	switch {
-	case s == "*":
-		return router.Any(), nil
-	case strings.HasSuffix(s, ".*") && wire.ValidName(strings.TrimSuffix(s, ".*")):
-		return router.ParsePattern(s), nil
-	case wire.ValidName(s):
-		return router.Exact(s), nil
-	}
-	return router.Pattern{}, fmt.Errorf("pattern %q: want \"*\", \"prefix.*\" or an exact service or topic name", s)
 }
 
 // parseLimits reads {NAME: VALUE}. Counts are JSON integers; byte sizes
