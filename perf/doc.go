@@ -1,4 +1,5 @@
-// Package perf is the 60 Hz harness of bus-v1 section 11 item 7.
+// Package perf is the 60 Hz harness that checks the performance targets of
+// docs/design.md.
 //
 // One run measures its own baselines first (a copy of a frame, a raw
 // Unix-socket ping-pong of 300 bytes over one and two hops, a pwrite of a

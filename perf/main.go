@@ -69,9 +69,10 @@ func flags(o *options) *flag.FlagSet {
 func Usage() string {
 	var b strings.Builder
 	b.WriteString("Usage: flybus perf [FLAGS]\n\n" +
-		"Run the 60 Hz harness of bus-v1 section 11 item 7: 640x480 RGBA frames at 60 Hz to three\n" +
-		"latest-mode consumers (one slow) with 1, 2 and 4 agent services called every frame, measured\n" +
-		"against baselines taken first in the same run, and print a markdown report.\n\nFlags:\n")
+		"Run the 60 Hz harness behind the performance targets of docs/design.md: 640x480 RGBA\n" +
+		"frames at 60 Hz to three latest-mode consumers (one slow) with 1, 2 and 4 agent services\n" +
+		"called every frame, measured against baselines taken first in the same run, and print a\n" +
+		"markdown report.\n\nFlags:\n")
 	flags(&options{}).VisitAll(func(f *flag.Flag) {
 		kind, text := flag.UnquoteUsage(f)
 		head := "  --" + f.Name

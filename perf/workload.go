@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// The schedule of bus-v1 section 11 item 7.
+// The 60 Hz schedule that docs/design.md's performance targets are measured on.
 const (
 	FrameWidth  = 640
 	FrameHeight = 480

@@ -13,8 +13,10 @@ import (
 //     turns, services round robin;
 //  3. topic: subscription messages, subscriptions round robin.
 //
-// A topic frame gets a turn after topicStarve consecutive higher-priority
-// frames, so a busy control plane cannot starve topic data entirely.
+// Control frames always go first: they answer the client's own commands
+// (and a few notices), so only the client itself can keep that lane busy.
+// A topic frame passes the RPC lane after topicStarve consecutive
+// higher-priority frames, so RPC traffic cannot starve topic data.
 //
 // Every field is routing-core state, read and written only by a step,
 // under the router's lock (Router.mu); id and bound never change after

@@ -2,9 +2,9 @@ package wire
 
 import "strconv"
 
-// Command bodies, one type per operation of bus-v1 section 5 and its
-// section 12 amendments. Each decodes strictly (unknown fields refused,
-// every field required) and appends itself as JSON.
+// Command bodies, one type per command of docs/protocol.md's Operations
+// section. Each decodes strictly (unknown fields refused, every field
+// required) and appends itself as JSON.
 
 // Hello is bus.hello.
 type Hello struct {
@@ -288,7 +288,8 @@ func (c *Cancel) AppendJSON(b []byte) []byte {
 	return append(b, '}')
 }
 
-// ResponderRelease is rpc.responder.release (section 12 amendment).
+// ResponderRelease is rpc.responder.release: a service gives up reply
+// authority for a dispatched call (docs/protocol.md, rpc.responder.release).
 type ResponderRelease struct {
 	CallID            CallID     `json:"callId"`
 	RequestDeliveryID DeliveryID `json:"requestDeliveryId"`

@@ -2,8 +2,8 @@ package wire
 
 import "fmt"
 
-// ErrorCode is a transport error code of bus-v1 section 9 and its section 12
-// amendments. An ErrorCode is itself an error so that
+// ErrorCode is a transport error code, one of the codes docs/protocol.md
+// lists under Errors. An ErrorCode is itself an error so that
 // errors.Is(err, wire.ErrNoService) works on any *BusError.
 type ErrorCode uint8
 

@@ -33,7 +33,7 @@ type Limits struct {
 
 const mib = 1 << 20
 
-// DefaultLimits returns the prototype defaults of bus-v1 section 9.
+// DefaultLimits returns the defaults of docs/protocol.md's Limits table.
 func DefaultLimits() Limits {
 	return Limits{
 		MaxClients:                64,

@@ -34,7 +34,7 @@ func demoFlags(o *demoOptions) *flag.FlagSet {
 }
 
 func demoUsage() string {
-	notes := `Runs bus-v1's first example in one process, over in-memory transports: a
+	notes := `Runs a small end-to-end example in one process, over in-memory transports: a
 counter service answering RPCs, an observer subscribed to a latest topic, and
 a 640x480 RGBA frame published as an artifact, which the observer keeps and
 reads after its message has been consumed. Every step prints one line; the

@@ -84,6 +84,24 @@ class EnvelopeTest(unittest.TestCase):
             with self.subTest(name), self.assertRaises(_wire.WireError):
                 _wire.decode_router_envelope(b)
 
+    def test_a_delivery_owns_its_attachments(self):
+        ref = {"storeId": "store-00000000000000aa", "artifactId": "a-7", "generation": "1", "byteLength": "16",
+               "contentType": "image/x-rgba", "digest": None}
+
+        def message(owner):
+            return _wire.dumps({"protocol": "flybus", "major": 1, "minor": 0, "id": "bus-3", "replyTo": None,
+                                "kind": "delivery", "op": "topic.message",
+                                "body": {"deliveryId": "dlv-4", "subscriptionId": "sub-1", "topic": "camera.front",
+                                         "topicIncarnation": "top-1", "topicSequence": "9", "replaced": "0",
+                                         "payload": {}},
+                                "attachments": [{"name": "frame", "ref": ref, "ownerId": owner}]})
+
+        env = _wire.decode_router_envelope(message("dlv-4"))
+        self.assertEqual(env["attachments"][0]["ownerId"], "dlv-4")
+        for owner in ("dlv-5", "own-4"):  # another delivery's, or the producer's hold
+            with self.subTest(owner), self.assertRaises(_wire.WireError):
+                _wire.decode_router_envelope(message(owner))
+
     def test_framing_bounds(self):
         with self.assertRaises(_wire.WireError):
             _wire.frame(b"x" * 65537)

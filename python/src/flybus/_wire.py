@@ -396,6 +396,11 @@ def decode_router_envelope(payload):
         if atts and op not in SCHEMA.with_attachments:
             raise WireError(f"{op} with attachments")
         SCHEMA.check_object(body, table[op], op)
+        # The recipient owns what a delivery attaches through that delivery.
+        for a in atts:
+            if a["ownerId"] != body["deliveryId"]:
+                raise WireError(f"{op}: attachment {_show(a['name'])} is owned by {_show(a['ownerId'])}, "
+                                f"not the delivery {_show(body['deliveryId'])}")
     elif kind == "command":
         raise WireError("router sent a command")
     else:
