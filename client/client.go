@@ -301,7 +301,6 @@ func (c *Client) fail(err error) {
 		err = ErrClosed // whatever ended the connection, the program asked for it
 	}
 	c.lost = err
-	defer c.slots.close() // views still open keep their slot mapped
 	waiters := c.waiters
 	c.waiters = map[uint64]*waiter{}
 	queued := append(c.ordinary, c.control...)
@@ -312,6 +311,10 @@ func (c *Client) fail(err error) {
 	c.services = map[string]*Service{}
 	subs := c.subs
 	c.subs = map[wire.SubID]*Subscription{}
+	// Unmapped before Done fires (views still open keep their slot mapped
+	// until they close), so that a program that waited for Done and closed
+	// its views holds no mapping of the store.
+	c.slots.close()
 	close(c.closed)
 	c.mu.Unlock()
 	c.nc.Close()

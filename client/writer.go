@@ -1,0 +1,328 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"sync"
+
+	"github.com/flybus/flybus/mmap"
+	"github.com/flybus/flybus/store"
+	"github.com/flybus/flybus/wire"
+)
+
+// Artifacts is the client's artifact API.
+type Artifacts struct{ c *Client }
+
+// Artifacts returns the artifact API of this connection.
+func (c *Client) Artifacts() Artifacts { return Artifacts{c} }
+
+// ErrNoStoreRoot is returned for artifact work on a client that does not
+// know the router's store root.
+var ErrNoStoreRoot = errors.New("flybus: artifacts need Config.StoreRoot, the directory the router keeps its store under " +
+	"(flybus serve --store DIR; a client connected in memory learns it from its router)")
+
+// Allocate reserves a staging file of exactly n bytes (unwritten bytes
+// read as zeros) and returns its unique writer.
+func (a Artifacts) Allocate(ctx context.Context, n int64, contentType string) (*ArtifactWriter, error) {
+	c := a.c
+	if c.cfg.StoreRoot == "" {
+		return nil, ErrNoStoreRoot
+	}
+	if n < 0 {
+		return nil, fmt.Errorf("flybus: negative artifact size %d", n)
+	}
+	var ok wire.AllocateOK
+	k := aheadKey{n, contentType}
+	hit := false
+	if c.cfg.AllocateAhead > 0 {
+		var err error
+		if ok, hit, err = c.allocateAhead(ctx, k); err != nil {
+			return nil, err
+		}
+	}
+	if !hit {
+		err := c.roundTrip(ctx, wire.OpArtifactAllocate, &wire.Allocate{ByteLength: uint64(n), ContentType: contentType}, &ok,
+			func(err error) {
+				if err == nil { // granted after the caller gave up: give it back
+					c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{ok.OwnerID}})
+				}
+			})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if c.cfg.AllocateAhead > 0 {
+		c.ahead.want(k)
+	}
+	f, err := store.OpenWrite(c.cfg.StoreRoot, ok.WriteLocation.StoreID.String(), ok.WriteLocation.RelativePath)
+	if err != nil {
+		c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{ok.OwnerID}})
+		return nil, c.locationError(ok.WriteLocation, err)
+	}
+	st := &writerState{f: f}
+	w := &ArtifactWriter{c: c, id: ok.ArtifactID, gen: ok.Generation, owner: ok.OwnerID, size: n, contentType: contentType, st: st,
+		storeID: ok.WriteLocation.StoreID}
+	owner := ok.OwnerID
+	w.cleanup = watch(c, w, "ArtifactWriter", func() {
+		if st.finish() == nil {
+			c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{owner}})
+		}
+	})
+	return w, nil
+}
+
+// locationError explains a location the client could not open: the router
+// went away with its store, or the client looks under the wrong root.
+func (c *Client) locationError(loc wire.Location, err error) error {
+	if lost := c.Err(); lost != nil {
+		return lostError(lost)
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("flybus: artifact file %s/%s is not under StoreRoot %q: is StoreRoot the router's store root "+
+			"(its --store directory)? %w", loc.StoreID, loc.RelativePath, c.cfg.StoreRoot, err)
+	}
+	return err
+}
+
+// ArtifactWriter fills one staging file. It is unique: Seal ends its
+// writable lifetime, Close abandons it. Write and WriteAt (pwrite) are the
+// fastest way to fill; Bytes maps the file for rendering in place.
+type ArtifactWriter struct {
+	c           *Client
+	id          wire.ArtifactID
+	gen         uint64 // 1 in a files store; the slot's use in a pool store
+	owner       wire.OwnerID
+	size        int64
+	contentType string
+	storeID     wire.StoreID
+	st          *writerState
+	cleanup     runtime.Cleanup
+}
+
+// writerState is what a writer holds open, apart from the writer so that
+// its safety net can close it.
+type writerState struct {
+	mu     sync.Mutex
+	f      *os.File
+	m      *mmap.Writable
+	off    int64
+	done   bool
+	sealed bool
+}
+
+// doneErr says how the writer ended. Called with mu held.
+func (st *writerState) doneErr() error {
+	if st.sealed {
+		return &handleError{msg: "flybus: this artifact writer was already sealed", kinds: []error{ErrWriterDone}}
+	}
+	return closedHandle("artifact writer", ErrWriterDone)
+}
+
+// Size is the allocated length.
+func (w *ArtifactWriter) Size() int64 { return w.size }
+
+// Write appends at the writer's offset; writing past the allocated length
+// fails with io.ErrShortWrite after writing what fits.
+func (w *ArtifactWriter) Write(p []byte) (int, error) {
+	st := w.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	n, err := w.writeAt(p, st.off)
+	st.off += int64(n)
+	return n, err
+}
+
+// WriteAt writes at off, within the allocated length.
+func (w *ArtifactWriter) WriteAt(p []byte, off int64) (int, error) {
+	w.st.mu.Lock()
+	defer w.st.mu.Unlock()
+	return w.writeAt(p, off)
+}
+
+// writeAt is called with st.mu held.
+func (w *ArtifactWriter) writeAt(p []byte, off int64) (int, error) {
+	if w.st.done {
+		return 0, w.st.doneErr()
+	}
+	if off < 0 || off > w.size {
+		return 0, fmt.Errorf("flybus: write at %d outside the artifact's %d bytes", off, w.size)
+	}
+	short := false
+	if int64(len(p)) > w.size-off {
+		p, short = p[:w.size-off], true
+	}
+	n, err := w.st.f.WriteAt(p, off)
+	if err == nil && short {
+		err = io.ErrShortWrite
+	}
+	return n, err
+}
+
+// Bytes maps the staging file writable and returns its bytes, valid until
+// Seal or Close. Measured slower than Write on 4 KiB pages; use it to render
+// in place.
+func (w *ArtifactWriter) Bytes() ([]byte, error) {
+	st := w.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.done {
+		return nil, st.doneErr()
+	}
+	if st.m == nil {
+		m, err := mmap.MapWritable(st.f, w.size)
+		if err != nil {
+			return nil, err
+		}
+		st.m = m
+	}
+	return st.m.Bytes(), nil
+}
+
+// finish closes the mapping and the descriptor, so that the router's seal
+// can prove no writer remains and move no bytes. sealing marks how the
+// writer ended, for the errors of later use.
+func (st *writerState) finish() error { return st.end(false) }
+
+func (st *writerState) end(sealing bool) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.done {
+		return st.doneErr()
+	}
+	st.done, st.sealed = true, sealing
+	var errs []error
+	if st.m != nil {
+		errs = append(errs, st.m.Close())
+		st.m = nil
+	}
+	errs = append(errs, st.f.Close())
+	return errors.Join(errs...)
+}
+
+// Seal makes the bytes immutable and returns the artifact, held by the
+// writer's id (now an explicit hold).
+func (w *ArtifactWriter) Seal(ctx context.Context) (*Artifact, error) {
+	return w.seal(ctx, wire.Opt[wire.Digest]{})
+}
+
+// SealWithDigest seals and has the router check the bytes' SHA-256
+// (64 lowercase hex digits): ARTIFACT_MISMATCH if they differ.
+func (w *ArtifactWriter) SealWithDigest(ctx context.Context, hexDigest string) (*Artifact, error) {
+	d, ok := wire.ParseDigest(hexDigest)
+	if !ok {
+		return nil, fmt.Errorf("flybus: digest %q is not 64 lowercase hex digits", hexDigest)
+	}
+	return w.seal(ctx, wire.Some(d))
+}
+
+func (w *ArtifactWriter) seal(ctx context.Context, digest wire.Opt[wire.Digest]) (*Artifact, error) {
+	if err := w.st.end(true); err != nil {
+		return nil, err
+	}
+	w.cleanup.Stop() // the seal settles the writer's id, whatever its outcome
+	c := w.c
+	var ok wire.SealOK
+	err := c.roundTrip(ctx, wire.OpArtifactSeal, &wire.Seal{ArtifactID: w.id, Generation: w.gen, OwnerID: w.owner, Digest: digest}, &ok,
+		func(err error) {
+			// The caller gave up: give back whatever the seal left us, the
+			// new hold or, after a refusal, the writer's id (a retired id
+			// releases nothing).
+			if err == nil {
+				c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{ok.OwnerID}})
+			} else if !errors.Is(err, wire.ErrRouterLost) {
+				c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{w.owner}})
+			}
+		})
+	if err != nil {
+		var be *wire.BusError
+		if !errors.As(err, &be) || be.Code == wire.ErrRouterLost {
+			return nil, err
+		}
+		// A refused seal leaves the writer's id with the router only when
+		// the refusal happened before the seal began; release it (a repeat
+		// release of a retired id is a no-op).
+		c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{w.owner}})
+		return nil, err
+	}
+	return c.newArtifact(ok.Ref, c.holdGuard(ok.OwnerID)), nil
+}
+
+// SealNoWait sends the seal and returns the artifact at once, without
+// waiting for the router's answer: attach it to a Publish, Call or Reply
+// straight away, and the seal and that command cost one round trip
+// between them. The router reads a connection's commands in order and
+// finishes a seal before the next one, so the command finds the artifact
+// sealed; if the seal fails, the command fails with the seal's error and
+// nothing is published, called or replied.
+//
+// Until the seal is answered the artifact's reference is the one the seal
+// is expected to produce. Ref, View, ReaderAt, ReadAll and Retain wait for
+// the answer; Sealed waits and reports the seal's outcome. Close the
+// artifact as one returned by Seal.
+func (w *ArtifactWriter) SealNoWait() (*Artifact, error) {
+	return w.sealNoWait(wire.Opt[wire.Digest]{})
+}
+
+// SealNoWaitWithDigest is SealNoWait with SealWithDigest's check.
+func (w *ArtifactWriter) SealNoWaitWithDigest(hexDigest string) (*Artifact, error) {
+	d, ok := wire.ParseDigest(hexDigest)
+	if !ok {
+		return nil, fmt.Errorf("flybus: digest %q is not 64 lowercase hex digits", hexDigest)
+	}
+	return w.sealNoWait(wire.Some(d))
+}
+
+func (w *ArtifactWriter) sealNoWait(digest wire.Opt[wire.Digest]) (*Artifact, error) {
+	if err := w.st.end(true); err != nil {
+		return nil, err
+	}
+	w.cleanup.Stop() // the artifact's guard owns the writer's id from here
+	c := w.c
+	ref := wire.ArtifactRef{StoreID: w.storeID, ArtifactID: w.id, Generation: w.gen, ByteLength: uint64(w.size),
+		ContentType: w.contentType, Digest: digest}
+	s := &sealing{done: make(chan struct{}), ref: ref}
+	var ok wire.SealOK
+	wt := &waiter{op: wire.OpArtifactSeal, v: &ok, complete: func(err error) {
+		// The reader settles the seal before it dispatches the reply of
+		// the command behind it. After a refusal the writer's id is
+		// released by the artifact's Close, like any hold.
+		if err == nil {
+			s.ref = ok.Ref
+		} else {
+			s.err = err
+		}
+		close(s.done)
+	}}
+	a := c.newArtifact(ref, c.holdGuard(w.owner))
+	a.seal = s
+	if err := c.enqueueWith(wire.OpArtifactSeal, &wire.Seal{ArtifactID: w.id, Generation: w.gen, OwnerID: w.owner, Digest: digest},
+		nil, wt, false, nil); err != nil {
+		a.Close()
+		return nil, err
+	}
+	c.flush()
+	return a, nil
+}
+
+// sealing is a seal sent by SealNoWait, settled by the reader when its
+// answer arrives.
+type sealing struct {
+	done chan struct{}
+	ref  wire.ArtifactRef // expected, then (once done) the sealed reference
+	err  error            // set before done closes
+}
+
+// Close abandons an unsealed writer: the staging file is collected.
+// Idempotent; a no-op after Seal.
+func (w *ArtifactWriter) Close() error {
+	if err := w.st.finish(); err != nil {
+		return nil
+	}
+	w.cleanup.Stop()
+	w.c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{w.owner}})
+	return nil
+}

@@ -1,0 +1,311 @@
+package router_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/internal/leakcheck"
+	"github.com/flybus/flybus/internal/shmtest"
+	"github.com/flybus/flybus/router"
+	"github.com/flybus/flybus/wire"
+)
+
+// A router restart in process, over each transport: every old handle fails
+// with ROUTER_LOST on its dead connection, an old reference presented to the
+// new router is ARTIFACT_GONE, nothing of the old routes or topics
+// survives, and the new router owns the only store directory under the root.
+func TestFaultRouterRestart(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		maps0 := storeMaps(t, h)
+		c := h.dial("rs-old")
+		mustDeclare(t, c, "fault.restart", wire.RetainLatest)
+		data := frameBytes(70, 64_000)
+		a := produce(t, c, data)
+		if _, err := c.Publish(ctx, "fault.restart", tick{N: 1}, client.Attach("frame", a)); err != nil {
+			t.Fatal(err)
+		}
+		s, err := c.Subscribe(ctx, "fault.restart", client.Latest().Replay(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := next(t, s)
+		v := mustView(t, a, data)
+		svc, err := c.Register(ctx, "fault.restart.svc", client.ServiceConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		oldRef := a.Ref()
+		if err := h.r.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		<-c.Done()
+		checks := []struct {
+			what string
+			err  error
+		}{
+			{"read", func() error { _, err := a.ReadAll(ctx); return err }()},
+			{"retain", func() error { _, err := a.Retain(ctx); return err }()},
+			{"publish", func() error { _, err := c.Publish(ctx, "fault.restart", nil); return err }()},
+			{"call", func() error { _, err := c.Call(ctx, "fault.restart.svc", svc.Incarnation(), "M", nil); return err }()},
+			{"allocate", func() error { _, err := c.Artifacts().Allocate(ctx, 10, "x/y"); return err }()},
+			{"subscribe", func() error { _, err := c.Subscribe(ctx, "fault.restart", client.Latest()); return err }()},
+		}
+		for _, ch := range checks {
+			if code(t, ch.err) != wire.ErrRouterLost {
+				t.Fatalf("%s on the dead connection: %v", ch.what, ch.err)
+			}
+		}
+		if !bytes.Equal(v.Bytes(), data) {
+			t.Fatal("mapped bytes changed across the restart")
+		}
+		v.Close()
+		m.Close()
+		a.Close()
+		svc.Close()
+
+		r2, err := router.New(router.Config{Policy: router.OpenPolicy(), StoreRoot: h.root})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r2.Shutdown(context.Background())
+		if r2.StoreID() == oldRef.StoreID || r2.RouterID() == h.r.RouterID() {
+			t.Fatal("the new router reused the old incarnation")
+		}
+		var nc net.Conn
+		if h.unix {
+			sock := filepath.Join(h.dir, "restarted.sock")
+			if _, err := r2.ListenUnix(sock); err != nil {
+				t.Fatal(err)
+			}
+			if nc, err = net.Dial("unix", sock); err != nil {
+				t.Fatal(err)
+			}
+		} else if nc, err = r2.ConnectInMemory(); err != nil {
+			t.Fatal(err)
+		}
+		rp := newRaw(t, nc)
+		rp.hello("rs-new")
+		rp.command(wire.OpArtifactOpen, &wire.RefOwner{Ref: oldRef, OwnerID: wire.HoldOwner(1)})
+		if be := rp.reply(&wire.OpenOK{}); be == nil || be.Code != wire.ErrArtifactGone {
+			t.Fatalf("an old reference on the new router: %v", be)
+		}
+		rp.command(wire.OpSubscribe, &wire.Subscribe{Topic: "fault.restart", Mode: wire.ModeLatest, MaxQueued: 1, MaxInFlight: 1})
+		if be := rp.reply(&wire.SubscribeOK{}); be == nil || be.Code != wire.ErrNoTopic {
+			t.Fatalf("the old topic on the new router: %v", be)
+		}
+		rp.command(wire.OpRPCCall, callBody(1, "fault.restart.svc", "{}"))
+		if be := rp.reply(&wire.CallOK{}); be == nil || be.Code != wire.ErrNoService {
+			t.Fatalf("the old service on the new router: %v", be)
+		}
+		ents, err := os.ReadDir(h.root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ents) != 1 || ents[0].Name() != r2.StoreID().String() {
+			t.Fatalf("store root after the restart: %v", ents)
+		}
+		if n := storeMaps(t, h); n != maps0 {
+			t.Fatalf("mappings: %d, want %d", n, maps0)
+		}
+	})
+}
+
+// flybusBinary builds the router executable into dir.
+func flybusBinary(t *testing.T, dir string) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to build flybus: %v", err)
+	}
+	bin := filepath.Join(dir, "flybus")
+	out, err := exec.Command(goTool, "build", "-o", bin, "github.com/flybus/flybus/cmd/flybus").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build flybus: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// serveChild starts `flybus serve --open --store root --listen sock`, waits
+// for its ready line and returns the process and its store id. The process
+// is killed at cleanup if the test has not reaped it.
+func serveChild(t *testing.T, bin, root, sock string) (*exec.Cmd, string) {
+	t.Helper()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, "serve", "--open", "--store", root, "--listen", sock)
+	cmd.Stdout, cmd.Stderr = pw, &stderr
+	err = cmd.Start()
+	pw.Close() // the child has its own copy
+	if err != nil {
+		pr.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+		pr.Close()
+		if t.Failed() {
+			t.Logf("flybus serve stderr:\n%s", stderr.String())
+		}
+	})
+	lines := make(chan string, 1)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(pr)
+		if sc.Scan() {
+			lines <- sc.Text()
+		}
+		for sc.Scan() { // never let the child block on stdout
+		}
+	}()
+	var line string
+	select {
+	case line = <-lines:
+	case <-time.After(20 * time.Second):
+		t.Fatal("flybus serve printed no ready line")
+	}
+	var ready struct {
+		Ready   bool   `json:"ready"`
+		StoreID string `json:"storeId"`
+	}
+	if err := json.Unmarshal([]byte(line), &ready); err != nil || !ready.Ready || ready.StoreID == "" {
+		t.Fatalf("ready line %q: %v", line, err)
+	}
+	return cmd, ready.StoreID
+}
+
+// A crashed router process: `flybus serve` is killed with SIGKILL while a
+// client holds and maps an artifact. The client's handles fail with
+// ROUTER_LOST, the dead store directory stays until the next router.New on
+// the same root removes it (its lock is free), a live router's directory
+// next to it is never touched, bytes still mapped from the dead store do
+// not change, and the dead router's references are ARTIFACT_GONE.
+func TestFaultRouterCrashLeavesAnOrphanStore(t *testing.T) {
+	base := leakcheck.Goroutines()
+	fdBase, _ := leakcheck.FDs()
+	// Registered first, so it runs after every other cleanup.
+	t.Cleanup(func() {
+		leakcheck.WaitGoroutines(t, base)
+		waitFor(t, "descriptors to close", func() bool { n, _ := leakcheck.FDs(); return n <= fdBase })
+	})
+	tmp := t.TempDir()
+	bin := flybusBinary(t, tmp)
+	root := shmtest.Dir(t, "flybus-test-")
+	maps0, _ := leakcheck.Mappings(root)
+	ctx := ctxT(t)
+
+	// A live in-process router on the same root, with an artifact of its own.
+	live, err := router.New(router.Config{Policy: router.OpenPolicy(), StoreRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Shutdown(context.Background())
+	liveNC, err := live.ConnectInMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	liveC, err := client.Connect(ctx, liveNC, client.Config{ClientID: "crash-live", StoreRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer liveC.Close()
+	liveData := frameBytes(80, 50_000)
+	liveArt := produce(t, liveC, liveData)
+
+	sock := filepath.Join(tmp, "crash.sock")
+	child, deadStore := serveChild(t, bin, root, sock)
+	c, err := client.ConnectUnix(ctx, sock, client.Config{ClientID: "crash-victim", StoreRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	data := frameBytes(81, frameSize)
+	a := produce(t, c, data)
+	if a.Ref().StoreID.String() != deadStore {
+		t.Fatalf("artifact of store %s, the child's is %s", a.Ref().StoreID, deadStore)
+	}
+	v := mustView(t, a, data)
+	deadDir := filepath.Join(root, deadStore)
+
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	err = child.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("flybus serve did not die by SIGKILL: %v", err)
+	}
+	<-c.Done()
+	if _, err := a.ReadAll(ctx); code(t, err) != wire.ErrRouterLost {
+		t.Fatalf("an artifact of the crashed router: %v", err)
+	}
+	if _, err := c.Artifacts().Allocate(ctx, 1, "x/y"); code(t, err) != wire.ErrRouterLost {
+		t.Fatalf("allocate on the dead connection: %v", err)
+	}
+	if _, err := os.Stat(deadDir); err != nil {
+		t.Fatalf("the crashed router's store should still be there: %v", err)
+	}
+
+	next, err := router.New(router.Config{Policy: router.OpenPolicy(), StoreRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Shutdown(context.Background())
+	if _, err := os.Stat(deadDir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the crashed router's store was not removed: %v", err)
+	}
+	if _, err := os.Stat(live.StoreDir()); err != nil {
+		t.Fatalf("the live router's store was touched: %v", err)
+	}
+	mustRead(t, liveArt, liveData)
+	if !bytes.Equal(v.Bytes(), data) {
+		t.Fatal("bytes mapped from the crashed router's store changed when it was removed")
+	}
+	if ents, _ := os.ReadDir(root); len(ents) != 2 {
+		t.Fatalf("store root holds %d entries, want the live and the new store", len(ents))
+	}
+	nc, err := next.ConnectInMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := newRaw(t, nc)
+	rp.hello("crash-after")
+	rp.command(wire.OpArtifactOpen, &wire.RefOwner{Ref: a.Ref(), OwnerID: wire.HoldOwner(1)})
+	if be := rp.reply(&wire.OpenOK{}); be == nil || be.Code != wire.ErrArtifactGone {
+		t.Fatalf("a crashed router's reference on the new router: %v", be)
+	}
+	v.Close()
+	a.Close()
+	c.Close()
+	liveArt.Close()
+	liveC.Close()
+	nc.Close()
+	for _, r := range []*router.Router{live, next} {
+		if err := r.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ents, _ := os.ReadDir(root); len(ents) != 0 {
+		t.Fatalf("store root not empty after both routers stopped: %v", ents)
+	}
+	if m, _ := leakcheck.Mappings(root); m != maps0 {
+		t.Fatalf("mappings: %d, want %d", m, maps0)
+	}
+}
