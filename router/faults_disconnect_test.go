@@ -15,7 +15,7 @@ import (
 	"github.com/flybus/flybus/wire"
 )
 
-// Fault acceptance tests: bus-v1 section 11 item 4, one test per fault, each
+// Fault acceptance tests, one test per fault the acceptance list names, each
 // over both transports under -race. Every test counts what the fault could
 // leak or free twice: router roots, owners and artifacts, the store's files,
 // this process's mappings of the store, and (through the harness)

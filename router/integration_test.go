@@ -15,7 +15,7 @@ import (
 	"github.com/flybus/flybus/wire"
 )
 
-// Integration: bus-v1 section 11 item 6 on one router under a closed
+// Integration: the acceptance list's end-to-end session on one router under a closed
 // policy. An environment service advances on complete batches of actions
 // and publishes every frame; a coordinator takes each frame from the
 // environment's topic, forwards it to two agent services called in

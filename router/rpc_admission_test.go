@@ -277,7 +277,7 @@ func TestResultsRespectCallerOwnerBudget(t *testing.T) {
 	})
 }
 
-// Admission validates every attachment's owner (bus-v1 section 6). Until the
+// Admission validates every attachment's owner (docs/protocol.md, Owners). Until the
 // artifact store backs RPC attachments, an attachment naming an owner the
 // sender was never issued must be refused, not admitted and dropped.
 func TestCallAndReplyAttachmentsAreValidated(t *testing.T) {

@@ -10,15 +10,16 @@ import (
 	"github.com/flybus/flybus/wire"
 )
 
-// RPC conformance: bus-v1 sections 4 to 6 and 9, driven by raw clients so
-// that every id, refusal and notice is visible. Each test runs over the
-// in-memory and the Unix-socket transport through forEachTransport.
+// RPC conformance (docs/protocol.md: envelope, lifecycle, errors,
+// operations, limits), driven by raw clients so that every id, refusal and
+// notice is visible. Each test runs over the in-memory and the Unix-socket
+// transport through forEachTransport.
 
 // peer is a raw client that keeps frames it has read but nobody has claimed
 // yet, so a test can wait for one reply while deliveries and notices for the
 // same connection arrive around it. Every frame it reads must carry a
-// router envelope id above the previous one (bus-v1 section 4 and the
-// lanes rule: ids are assigned in write order).
+// router envelope id above the previous one (docs/protocol.md, Increasing
+// ids and Lanes: ids are assigned in write order).
 type peer struct {
 	*raw
 	name    string

@@ -8,8 +8,8 @@ import (
 
 // Envelope and body refusals. Decode reports a *ProtocolError when the
 // connection must close and a *BusError (INVALID_ENVELOPE, not-dispatched)
-// when the header is sound and a reply can still be sent (bus-v1 section 4,
-// Wire summary).
+// when the header is sound and a reply can still be sent (docs/protocol.md,
+// envelope errors versus body errors).
 
 // member is one raw "key":value pair; members keeps their order so a case
 // can drop, replace or add one without editing a long literal.

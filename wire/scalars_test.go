@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// Scalar encodings of bus-v1 section 3 and the Wire summary: every check
+// Scalar encodings of docs/protocol.md's Scalars and identifiers: every check
 // gets accept and refuse cases at each boundary (length, alphabet,
 // canonical form).
 
