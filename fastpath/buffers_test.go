@@ -6,19 +6,6 @@ import (
 	"testing"
 )
 
-func TestKeepWriteBytesFollowsL2WithinBounds(t *testing.T) {
-	for _, tc := range []struct{ l2, want int }{
-		{-1, 64 << 10}, {0, 64 << 10}, {256 << 10, 128 << 10}, {1 << 20, 512 << 10}, {2 << 20, 1 << 20}, {32 << 20, 1 << 20},
-	} {
-		if got := keepWriteBytes(tc.l2); got != tc.want {
-			t.Errorf("L2 %d: keep %d, want %d", tc.l2, got, tc.want)
-		}
-	}
-	if n := KeepWriteBytes(); n < 64<<10 || n > 1<<20 {
-		t.Errorf("KeepWriteBytes() = %d on this machine, outside [64 KiB, 1 MiB]", n)
-	}
-}
-
 // drain reads c until it fails, so that writes never block on a full
 // socket buffer.
 func drain(c io.Reader) {

@@ -3,5 +3,6 @@
 // in a `flybus serve` process (RouterProcs), how many frames a writer sends
 // per write (WriteBatch), the spare reply buffers a connection keeps
 // (FreeBodies, FreeBodyBytes), and the largest coalescing buffer it keeps
-// between writes, from the L2 cache size cpuid reports (KeepWriteBytes).
+// between writes (KeepWriteBytes). The CPU's cache sizes, as cpuid reports
+// them, were measured against and decide nothing (see KeepWriteBytes).
 package fastpath

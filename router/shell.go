@@ -253,14 +253,10 @@ func (sh *shell) writeDirect() {
 	sh.wake()
 }
 
-// keepWriteBytes bounds the coalescing buffer a connection keeps between
-// writes (fastpath.KeepWriteBytes).
-var keepWriteBytes = fastpath.KeepWriteBytes()
-
 // trimBuf lets a burst's buffer go once it is written, so that a
 // connection does not pin it for the rest of its life.
 func (sh *shell) trimBuf() {
-	if cap(sh.buf) > keepWriteBytes {
+	if cap(sh.buf) > fastpath.KeepWriteBytes {
 		sh.buf = nil
 	}
 }
