@@ -13,6 +13,7 @@ type topic struct {
 	seq      uint64
 	subs     []*subscription // creation order
 	latest   *topicMsg       // the retained value, when retained is latest
+	pubs     uint64          // publications accepted (Details)
 }
 
 // topicMsg is one accepted publication, shared by every queue entry and
@@ -25,6 +26,7 @@ type topicMsg struct {
 	atts    []wire.Attachment
 	arts    []*artifact // distinct; each queue entry, delivery and retention roots them once
 	size    int         // its topic.message delivery at the longest ids, for byte budgets
+	at      int64       // when it was admitted (input.now), for queue ages
 }
 
 // subscription is one subscriber's queue and credits.
@@ -39,6 +41,9 @@ type subscription struct {
 	inflight    int         // delivered and not yet consumed
 	replaced    uint64      // coalesced since the previous delivery
 	closed      bool
+	// For Details: messages delivered, replaced before delivery, and
+	// publications refused BACKPRESSURE because of this subscription.
+	delivered, coalesced, refusedPubs uint64
 }
 
 func (k *core) opDeclare(c *conn, env *wire.Envelope) *wire.BusError {
@@ -268,6 +273,7 @@ func (k *core) opPublish(c *conn, env *wire.Envelope) *wire.BusError {
 			continue
 		}
 		if len(s.queue) >= s.maxQueued {
+			s.refusedPubs++
 			return wire.NewError(wire.ErrBackpressure, 0, "subscription %s of %s is full", s.id, s.conn.ident.ClientID)
 		}
 		extra := size
@@ -277,6 +283,7 @@ func (k *core) opPublish(c *conn, env *wire.Envelope) *wire.BusError {
 			}
 		}
 		if uint64(s.conn.queuedBytes+extra) > k.limits.MaxQueuedBytesPerClient {
+			s.refusedPubs++
 			return wire.NewError(wire.ErrBackpressure, 0, "client %s has maxQueuedBytesPerClient queued", s.conn.ident.ClientID)
 		}
 		k.pubBytes = append(k.pubBytes, pubBytes{s.conn, size})
@@ -293,6 +300,7 @@ func (k *core) opPublish(c *conn, env *wire.Envelope) *wire.BusError {
 	if len(t.subs) == 0 && t.retained != wire.RetainLatest {
 		// Nobody holds it: admitted, sequenced, and gone.
 		t.seq++
+		t.pubs++
 		k.stats.publications++
 		k.scratch.pubOK = wire.PublishOK{TopicSequence: t.seq}
 		k.reply(c, env, &k.scratch.pubOK)
@@ -301,7 +309,7 @@ func (k *core) opPublish(c *conn, env *wire.Envelope) *wire.BusError {
 	t.seq++
 	m := k.msgSlab.new()
 	*m = topicMsg{topic: t.name, inc: t.inc, seq: t.seq, payload: k.payloads.copyOf(b.Payload), size: size,
-		arts: k.artLists.copyOf(arts), atts: k.attLists.copyOf(env.Attachments)}
+		arts: k.artLists.copyOf(arts), atts: k.attLists.copyOf(env.Attachments), at: k.now}
 	var replaced uint64
 	for _, s := range t.subs {
 		if k.enqueue(s, m) {
@@ -311,6 +319,7 @@ func (k *core) opPublish(c *conn, env *wire.Envelope) *wire.BusError {
 	if t.retained == wire.RetainLatest {
 		k.setRetained(t, m)
 	}
+	t.pubs++
 	k.stats.publications++
 	k.scratch.pubOK = wire.PublishOK{TopicSequence: t.seq, Subscribers: uint64(len(t.subs)), Replaced: replaced}
 	k.reply(c, env, &k.scratch.pubOK)
@@ -335,6 +344,7 @@ func (k *core) enqueue(s *subscription, m *topicMsg) bool {
 			k.dropRoots(s.queue[0].arts)
 			s.queue[0] = m
 			s.replaced++
+			s.coalesced++
 			replaced = true
 		} else {
 			s.queue = append(s.queue, m)
@@ -366,6 +376,7 @@ func (k *core) nextTopicMessage(c *conn) (frame, bool) {
 	c.dlvNext++
 	c.dlvs[d] = dlvRef{sub: s, msg: m, arts: m.arts}
 	s.inflight++
+	s.delivered++
 	replaced := s.replaced
 	s.replaced = 0
 	return frame{hdr: wire.Header{Kind: wire.KindDelivery, Op: wire.OpTopicMessage},

@@ -207,3 +207,33 @@ func BenchmarkRoutedFrame(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDetails takes the operator's snapshot of a router holding 64
+// clients, 16 topics with 8 subscriptions each and 8 services: one pass
+// over its tables under the lock, which an operator's view takes once a
+// second.
+func BenchmarkDetails(b *testing.B) {
+	r, dial := benchRouter(b, router.Config{Policy: router.OpenPolicy()}, false)
+	clients := make([]*benchRaw, 64)
+	for i := range clients {
+		clients[i] = dial(fmt.Sprintf("client%d", i))
+	}
+	for i := range 16 {
+		clients[0].ok(wire.OpTopicDeclare, &wire.Declare{Name: fmt.Sprintf("topic%d", i), Retained: wire.RetainNone}, &wire.DeclareOK{})
+	}
+	for i, c := range clients {
+		for j := range 2 {
+			c.ok(wire.OpSubscribe, &wire.Subscribe{Topic: fmt.Sprintf("topic%d", (i+j)%16), Mode: wire.ModeLatest, MaxQueued: 1, MaxInFlight: 1}, &wire.SubscribeOK{})
+		}
+		if i < 8 {
+			c.ok(wire.OpServiceRegister, &wire.Register{Name: fmt.Sprintf("svc%d", i), MaxQueued: 16, MaxInFlight: 16}, &wire.RegisterOK{})
+		}
+	}
+	if d := r.Details(); len(d.Clients) != 64 || len(d.Subscriptions) != 128 || len(d.Topics) != 16 || len(d.Services) != 8 {
+		b.Fatalf("details: %d clients, %d subscriptions, %d topics, %d services", len(d.Clients), len(d.Subscriptions), len(d.Topics), len(d.Services))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = r.Details()
+	}
+}

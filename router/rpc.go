@@ -17,6 +17,8 @@ type service struct {
 	queue       []*call // admitted, waiting for first dispatch, FIFO
 	inflight    int     // dispatched, request delivery not yet consumed
 	removed     bool
+	// For Details: calls admitted, and calls that ended in call.failed.
+	calls, failed uint64
 }
 
 // ready reports whether s has a queued call and an in-flight credit.
@@ -150,6 +152,9 @@ func (k *core) failCall(cl *call, code wire.ErrorCode, disp wire.Dispatch, msg s
 	}
 	delete(c.calls, cl.id)
 	cl.caller = nil
+	if cl.svc != nil {
+		cl.svc.failed++
+	}
 	k.notice(c, wire.OpCallFailed, &wire.CallFailed{CallID: cl.id, Code: code, Message: msg, Dispatch: disp})
 }
 
@@ -201,6 +206,7 @@ func (k *core) opCall(c *conn, env *wire.Envelope) *wire.BusError {
 	s.queue = append(s.queue, cl)
 	c.calls[cl.id] = cl
 	k.stats.callsTotal++
+	s.calls++
 	k.reply(c, env, &wire.CallOK{Accepted: true, ServiceIncarnation: s.inc})
 	k.markDirty(s.conn)
 	return nil

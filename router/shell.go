@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/flybus/flybus/fastpath"
@@ -35,6 +36,14 @@ type shell struct {
 	buf     []byte
 	atts    []wire.Attachment
 	spent   [][]byte // control bodies encoded since the last pull, handed back at the next
+
+	io ioCounters // what crossed the transport, for Details
+}
+
+// ioCounters count a connection's traffic; atomics, because the reader,
+// the writer and stepping goroutines add to them and Details reads them.
+type ioCounters struct {
+	read, framesIn, written, framesOut atomic.Uint64
 }
 
 // closeGrace bounds how long a writer keeps trying to deliver the final
@@ -111,7 +120,9 @@ func (sh *shell) readLoop() {
 			sh.violation(derr.Error())
 			return
 		}
-		why, closing := sh.r.step(input{kind: inCommand, conn: sh.c, env: &env, bodyErr: be})
+		sh.io.read.Add(uint64(len(frame)) + 4)
+		sh.io.framesIn.Add(1)
+		why, closing := sh.r.step(input{kind: inCommand, conn: sh.c, env: &env, bodyErr: be, now: time.Now().UnixNano()})
 		dec.Trim() // an idle connection must not pin a large frame's tape
 		if why != "" {
 			sh.logViolation(why)
@@ -240,6 +251,7 @@ func (sh *shell) writeDirect() {
 			return
 		}
 		n, err := sh.tw.TryWrite(sh.buf)
+		sh.io.written.Add(uint64(n))
 		if err != nil || n < len(sh.buf) {
 			sh.handOff(sh.buf[n:])
 			return
@@ -274,6 +286,7 @@ func (sh *shell) handOff(rest []byte) {
 // whether it ends with the connection's final notice.
 func (sh *shell) encode() (last bool) {
 	sh.buf = sh.buf[:0]
+	sh.io.framesOut.Add(uint64(len(sh.frames)))
 	for i := range sh.frames {
 		f := &sh.frames[i]
 		var err error
@@ -342,6 +355,7 @@ func (sh *shell) writeLoop() {
 				sh.finish()
 				return
 			}
+			sh.io.written.Add(uint64(len(rest)))
 		}
 		for wrote := false; ; wrote = true {
 			r.mu.Lock()
@@ -365,7 +379,11 @@ func (sh *shell) writeLoop() {
 			if last {
 				_ = sh.nc.SetWriteDeadline(time.Now().Add(closeGrace))
 			}
-			if err := wire.WriteFull(sh.nc, sh.buf); err != nil || last {
+			err := wire.WriteFull(sh.nc, sh.buf)
+			if err == nil {
+				sh.io.written.Add(uint64(len(sh.buf)))
+			}
+			if err != nil || last {
 				sh.finish()
 				return
 			}

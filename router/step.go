@@ -42,6 +42,9 @@ type input struct {
 	err      error
 	limit    int
 	frames   []frame // inPull: the destination, appended to
+	// now is the shell's clock when it read a command (Unix nanoseconds),
+	// for the ages Details reports; the core never reads a clock itself.
+	now int64
 }
 
 // ready is what a step left for the shell, in an order that depends on
@@ -67,6 +70,9 @@ func (k *core) step(in input) *ready {
 	clear(rd.effects)
 	*rd = ready{wake: rd.wake[:0], effects: rd.effects[:0]}
 	closes := k.stats.protocolCloses
+	if in.now != 0 {
+		k.now = in.now
+	}
 	c := in.conn
 	switch in.kind {
 	case inCommand:

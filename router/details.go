@@ -1,0 +1,161 @@
+package router
+
+import (
+	"time"
+
+	"github.com/flybus/flybus/store"
+)
+
+// Details is what the router holds, per topic, subscription, service and
+// client, and its store, at one moment: the operator's view, where Stats
+// has only totals. Every list is sorted (topics and services by name,
+// subscriptions and clients by id), so two snapshots line up.
+//
+// Taking one costs one pass over the router's tables under its lock
+// (BenchmarkDetails); cheap enough to take every second under load.
+type Details struct {
+	Taken         time.Time
+	Topics        []TopicDetail
+	Subscriptions []SubscriptionDetail
+	Services      []ServiceDetail
+	Clients       []ClientDetail
+	Store         StoreDetail
+}
+
+// TopicDetail is one declared topic.
+type TopicDetail struct {
+	Name          string
+	Incarnation   string
+	Retained      string // "none" or "latest"
+	Publications  uint64 // accepted since it was declared
+	LastSequence  uint64 // the topicSequence of the latest accepted publication
+	Subscribers   int
+	RetainedBytes uint64 // the artifact bytes its retained value holds
+}
+
+// SubscriptionDetail is one subscription and its queue.
+type SubscriptionDetail struct {
+	ID       string
+	Client   string // the subscriber's client id
+	Topic    string
+	Mode     string // "latest" or "bounded"
+	Queued   int    // messages waiting for a credit
+	InFlight int    // delivered, not yet consumed
+	// Cumulative: messages delivered; messages replaced before delivery
+	// (latest mode); publications refused BACKPRESSURE because this
+	// subscription was full.
+	Delivered, Coalesced, RefusedPublications uint64
+	// OldestQueuedAge is how long the oldest queued message has waited
+	// (zero when none waits).
+	OldestQueuedAge time.Duration
+}
+
+// ServiceDetail is one registered service and its queue.
+type ServiceDetail struct {
+	Name        string
+	Incarnation string
+	Client      string // the registrant's client id
+	Queued      int    // calls waiting for dispatch
+	InFlight    int    // dispatched, request not yet consumed
+	Calls       uint64 // calls admitted since it registered
+	FailedCalls uint64 // calls that ended in call.failed (unregister, disconnect)
+}
+
+// ClientDetail is one connection that has said hello.
+type ClientDetail struct {
+	ID          string
+	Incarnation string
+	Connection  string
+	Owners      int // deliveries, holds and reply capabilities it holds
+	OwnerBudget int // maxOwnersPerClient
+	// ControlDepth is the replies and notices waiting on its control lane;
+	// QueuedBytes its bounded subscriptions' queued delivery bytes.
+	ControlDepth int
+	QueuedBytes  int
+	ActiveCalls  int // its calls not yet answered
+	// What crossed its transport, counted by the router: bytes and frames
+	// written to it and read from it.
+	BytesWritten, BytesRead   uint64
+	FramesWritten, FramesRead uint64
+}
+
+// StoreDetail is the artifact store.
+type StoreDetail struct {
+	Mode string // "files" or "pool"
+	// Files mode: staging and sealed files on disk. Pool mode: slot files,
+	// those free, and those kept from reuse because a writer held them.
+	Files                              int64
+	Slots, FreeSlots, QuarantinedSlots int64
+	Bytes                              uint64 // reserved: staging, sealed and seal copies in progress
+	LeaseSeals, CopySeals              uint64
+}
+
+// Details takes a snapshot of what the router holds.
+func (r *Router) Details() Details {
+	now := time.Now()
+	r.mu.Lock()
+	d, conns := r.core.details(now.UnixNano())
+	for i, c := range conns {
+		if sh := r.shells[c]; sh != nil {
+			cd := &d.Clients[i]
+			cd.BytesWritten, cd.FramesWritten = sh.io.written.Load(), sh.io.framesOut.Load()
+			cd.BytesRead, cd.FramesRead = sh.io.read.Load(), sh.io.framesIn.Load()
+		}
+	}
+	r.mu.Unlock()
+	d.Taken = now
+	st := r.store.Stats()
+	d.Store = StoreDetail{Mode: r.store.Mode().String(), Files: st.StagingFiles + st.SealedFiles,
+		LeaseSeals: st.LeaseSeals, CopySeals: st.CopySeals, Bytes: d.Store.Bytes}
+	if r.store.Mode() == store.ModePool {
+		d.Store.Files = 0
+		d.Store.Slots, d.Store.FreeSlots, d.Store.QuarantinedSlots = int64(st.Slots), int64(st.FreeSlots), int64(st.QuarantinedSlots)
+	}
+	return d
+}
+
+// nanos is a duration for the core, which does not import time.
+func nanos(n int64) time.Duration { return time.Duration(n) }
+
+// Rates are per-second rates between two snapshots of the same router:
+// publications per topic (by name) and deliveries per subscription (by
+// id). The core keeps only counts; rates come from here, outside it.
+type Rates struct {
+	Interval     time.Duration
+	Publications map[string]float64
+	Deliveries   map[string]float64
+}
+
+// RatesSince computes the rates from prev to d. A topic declared again
+// (another incarnation) counts from zero; a subscription or topic absent
+// from prev counts everything it has; one gone from d has no rate.
+func (d Details) RatesSince(prev Details) Rates {
+	r := Rates{Interval: d.Taken.Sub(prev.Taken), Publications: map[string]float64{}, Deliveries: map[string]float64{}}
+	secs := r.Interval.Seconds()
+	if secs <= 0 {
+		return r
+	}
+	before := map[string]TopicDetail{}
+	for _, t := range prev.Topics {
+		before[t.Name] = t
+	}
+	for _, t := range d.Topics {
+		n := t.Publications
+		if p, ok := before[t.Name]; ok && p.Incarnation == t.Incarnation && p.Publications <= n {
+			n -= p.Publications
+		}
+		r.Publications[t.Name] = float64(n) / secs
+	}
+	delivered := map[string]uint64{}
+	for _, s := range prev.Subscriptions {
+		delivered[s.ID] = s.Delivered
+	}
+	for _, s := range d.Subscriptions {
+		n := s.Delivered
+		if p, ok := delivered[s.ID]; ok && p <= n {
+			n -= p
+		}
+		r.Deliveries[s.ID] = float64(n) / secs
+	}
+	return r
+}
