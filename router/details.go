@@ -14,80 +14,87 @@ import (
 // Taking one costs one pass over the router's tables under its lock
 // (BenchmarkDetails); cheap enough to take every second under load.
 type Details struct {
-	Taken         time.Time
-	Topics        []TopicDetail
-	Subscriptions []SubscriptionDetail
-	Services      []ServiceDetail
-	Clients       []ClientDetail
-	Store         StoreDetail
+	Taken         time.Time            `json:"taken"`
+	Topics        []TopicDetail        `json:"topics"`
+	Subscriptions []SubscriptionDetail `json:"subscriptions"`
+	Services      []ServiceDetail      `json:"services"`
+	Clients       []ClientDetail       `json:"clients"`
+	Store         StoreDetail          `json:"store"`
 }
 
 // TopicDetail is one declared topic.
 type TopicDetail struct {
-	Name          string
-	Incarnation   string
-	Retained      string // "none" or "latest"
-	Publications  uint64 // accepted since it was declared
-	LastSequence  uint64 // the topicSequence of the latest accepted publication
-	Subscribers   int
-	RetainedBytes uint64 // the artifact bytes its retained value holds
+	Name          string `json:"name"`
+	Incarnation   string `json:"incarnation"`
+	Retained      string `json:"retained"`     // "none" or "latest"
+	Publications  uint64 `json:"publications"` // accepted since it was declared
+	LastSequence  uint64 `json:"lastSequence"` // the topicSequence of the latest accepted publication
+	Subscribers   int    `json:"subscribers"`
+	RetainedBytes uint64 `json:"retainedBytes"` // the artifact bytes its retained value holds
 }
 
 // SubscriptionDetail is one subscription and its queue.
 type SubscriptionDetail struct {
-	ID       string
-	Client   string // the subscriber's client id
-	Topic    string
-	Mode     string // "latest" or "bounded"
-	Queued   int    // messages waiting for a credit
-	InFlight int    // delivered, not yet consumed
+	ID       string `json:"id"`
+	Client   string `json:"client"` // the subscriber's client id
+	Topic    string `json:"topic"`
+	Mode     string `json:"mode"`     // "latest" or "bounded"
+	Queued   int    `json:"queued"`   // messages waiting for a credit
+	InFlight int    `json:"inFlight"` // delivered, not yet consumed
 	// Cumulative: messages delivered; messages replaced before delivery
 	// (latest mode); publications refused BACKPRESSURE because this
 	// subscription was full.
-	Delivered, Coalesced, RefusedPublications uint64
+	Delivered           uint64 `json:"delivered"`
+	Coalesced           uint64 `json:"coalesced"`
+	RefusedPublications uint64 `json:"refusedPublications"`
 	// OldestQueuedAge is how long the oldest queued message has waited
 	// (zero when none waits).
-	OldestQueuedAge time.Duration
+	OldestQueuedAge time.Duration `json:"oldestQueuedAgeNs"`
 }
 
 // ServiceDetail is one registered service and its queue.
 type ServiceDetail struct {
-	Name        string
-	Incarnation string
-	Client      string // the registrant's client id
-	Queued      int    // calls waiting for dispatch
-	InFlight    int    // dispatched, request not yet consumed
-	Calls       uint64 // calls admitted since it registered
-	FailedCalls uint64 // calls that ended in call.failed (unregister, disconnect)
+	Name        string `json:"name"`
+	Incarnation string `json:"incarnation"`
+	Client      string `json:"client"`      // the registrant's client id
+	Queued      int    `json:"queued"`      // calls waiting for dispatch
+	InFlight    int    `json:"inFlight"`    // dispatched, request not yet consumed
+	Calls       uint64 `json:"calls"`       // calls admitted since it registered
+	FailedCalls uint64 `json:"failedCalls"` // calls that ended in call.failed (a request closed unanswered, say)
 }
 
 // ClientDetail is one connection that has said hello.
 type ClientDetail struct {
-	ID          string
-	Incarnation string
-	Connection  string
-	Owners      int // deliveries, holds and reply capabilities it holds
-	OwnerBudget int // maxOwnersPerClient
+	ID          string `json:"id"`
+	Incarnation string `json:"incarnation"`
+	Connection  string `json:"connection"`
+	Owners      int    `json:"owners"`      // deliveries, holds and reply capabilities it holds
+	OwnerBudget int    `json:"ownerBudget"` // maxOwnersPerClient
 	// ControlDepth is the replies and notices waiting on its control lane;
 	// QueuedBytes its bounded subscriptions' queued delivery bytes.
-	ControlDepth int
-	QueuedBytes  int
-	ActiveCalls  int // its calls not yet answered
+	ControlDepth int `json:"controlDepth"`
+	QueuedBytes  int `json:"queuedBytes"`
+	ActiveCalls  int `json:"activeCalls"` // its calls not yet answered
 	// What crossed its transport, counted by the router: bytes and frames
 	// written to it and read from it.
-	BytesWritten, BytesRead   uint64
-	FramesWritten, FramesRead uint64
+	BytesWritten  uint64 `json:"bytesWritten"`
+	BytesRead     uint64 `json:"bytesRead"`
+	FramesWritten uint64 `json:"framesWritten"`
+	FramesRead    uint64 `json:"framesRead"`
 }
 
 // StoreDetail is the artifact store.
 type StoreDetail struct {
-	Mode string // "files" or "pool"
+	Mode string `json:"mode"` // "files" or "pool"
 	// Files mode: staging and sealed files on disk. Pool mode: slot files,
 	// those free, and those kept from reuse because a writer held them.
-	Files                              int64
-	Slots, FreeSlots, QuarantinedSlots int64
-	Bytes                              uint64 // reserved: staging, sealed and seal copies in progress
-	LeaseSeals, CopySeals              uint64
+	Files            int64  `json:"files"`
+	Slots            int64  `json:"slots"`
+	FreeSlots        int64  `json:"freeSlots"`
+	QuarantinedSlots int64  `json:"quarantinedSlots"`
+	Bytes            uint64 `json:"bytes"` // reserved: staging, sealed and seal copies in progress
+	LeaseSeals       uint64 `json:"leaseSeals"`
+	CopySeals        uint64 `json:"copySeals"`
 }
 
 // Details takes a snapshot of what the router holds.
@@ -104,6 +111,11 @@ func (r *Router) Details() Details {
 	}
 	r.mu.Unlock()
 	d.Taken = now
+	// Empty lists, not nil ones: JSON readers get [] rather than null.
+	d.Topics = nonNil(d.Topics)
+	d.Subscriptions = nonNil(d.Subscriptions)
+	d.Services = nonNil(d.Services)
+	d.Clients = nonNil(d.Clients)
 	st := r.store.Stats()
 	d.Store = StoreDetail{Mode: r.store.Mode().String(), Files: st.StagingFiles + st.SealedFiles,
 		LeaseSeals: st.LeaseSeals, CopySeals: st.CopySeals, Bytes: d.Store.Bytes}
@@ -112,6 +124,13 @@ func (r *Router) Details() Details {
 		d.Store.Slots, d.Store.FreeSlots, d.Store.QuarantinedSlots = int64(st.Slots), int64(st.FreeSlots), int64(st.QuarantinedSlots)
 	}
 	return d
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }
 
 // nanos is a duration for the core, which does not import time.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -237,7 +238,8 @@ func escapeLabel(s string) string {
 	return labelEscaper.Replace(s)
 }
 
-// metricsServer serves /metrics and /debug/pprof/ for one router.
+// metricsServer serves /metrics, /details (router.Details as JSON) and
+// /debug/pprof/ for one router.
 type metricsServer struct {
 	srv *http.Server
 	ln  net.Listener
@@ -253,6 +255,12 @@ func serveMetrics(ln net.Listener, r *router.Router, logger *slog.Logger) *metri
 		w.Header().Set("Content-Type", metricsContentType)
 		if err := writeMetrics(w, statsFamilies(r.Stats(), routerID, storeID)); err != nil {
 			logger.Debug("metrics write failed", "err", err)
+		}
+	})
+	mux.HandleFunc("/details", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if err := json.NewEncoder(w).Encode(r.Details()); err != nil {
+			logger.Debug("details write failed", "err", err)
 		}
 	})
 	// Mounted on our own mux: the default one is never served.

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/flybus/flybus/router"
 )
 
 var statsCmd = &command{
@@ -23,18 +26,20 @@ var statsCmd = &command{
 type statsOptions struct {
 	metrics string
 	timeout time.Duration
+	json    bool
 }
 
 func statsFlags(o *statsOptions) *flag.FlagSet {
 	set := newFlagSet("stats")
 	set.StringVar(&o.metrics, "metrics", "", "the router's metrics `ADDR`, as given to serve --metrics: PORT, HOST:PORT or\nhttp://HOST:PORT (required)")
 	durationVar(set, &o.timeout, "timeout", 5*time.Second, "give up after `D`")
+	set.BoolVar(&o.json, "json", false, "print the whole snapshot (per topic, subscription, service and client, and\nthe store) as JSON, from /details, instead of the totals")
 	return set
 }
 
 func statsUsage() string {
 	notes := "Fetches /metrics from a router started with --metrics and prints each figure,\nwith labelled counters (refusals by code) grouped under their total.\n"
-	return usageText("flybus stats --metrics ADDR [--timeout D]",
+	return usageText("flybus stats --metrics ADDR [--json] [--timeout D]",
 		"Print a running router's figures from its metrics endpoint.", statsFlags(&statsOptions{}), notes,
 		walkExample("stats"))
 }
@@ -57,6 +62,20 @@ func runStats(c *command, args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
+	if o.json {
+		d, err := fetchDetails(ctx, addr)
+		if err != nil {
+			fmt.Fprintf(stderr, "flybus stats: %v\n", err)
+			return exitFailure
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(d); err != nil {
+			fmt.Fprintf(stderr, "flybus stats: %v\n", err)
+			return exitFailure
+		}
+		return exitOK
+	}
 	samples, err := fetchMetrics(ctx, "http://"+addr+"/metrics")
 	if err != nil {
 		fmt.Fprintf(stderr, "flybus stats: %v\n", err)
@@ -67,6 +86,30 @@ func runStats(c *command, args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// fetchDetails reads a router's /details snapshot.
+func fetchDetails(ctx context.Context, addr string) (router.Details, error) {
+	var d router.Details
+	url := "http://" + addr + "/details"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return d, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return d, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return d, fmt.Errorf("GET %s: %s (a router older than this flybus has no /details)", url, resp.Status)
+	}
+	dec := json.NewDecoder(resp.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&d); err != nil {
+		return d, fmt.Errorf("GET %s: %v", url, err)
+	}
+	return d, nil
 }
 
 func fetchMetrics(ctx context.Context, url string) ([]parsedSample, error) {

@@ -10,7 +10,10 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/router"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -172,5 +175,76 @@ func TestStatsCommand(t *testing.T) {
 	}
 	if strings.Contains(stdout, "CONFLICT") {
 		t.Errorf("zero refusal codes should be left out:\n%s", stdout)
+	}
+}
+
+// flybus top --once and flybus stats --json against a running serve: a
+// latest subscriber that never reads shows its coalesced count and the age
+// of its queued message; the service and both clients show.
+func TestTopAndStatsJSON(t *testing.T) {
+	b := startBus(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	prod, slow := connect(t, b.cliSock, "flybus-cli"), connect(t, b.callerSock, "caller")
+	if _, err := prod.DeclareTopic(ctx, "top.frames", wire.RetainNone); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := slow.Subscribe(ctx, "top.frames", client.Latest().InFlight(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	// The first publication is delivered (and never consumed); of the
+	// next four, three are replaced and one waits.
+	stats := func() router.Details {
+		stdout, stderr, code := runFlybus(t, "stats", "--metrics", b.metricsAddr, "--json")
+		if code != 0 {
+			t.Fatalf("stats --json: exit %d: %s", code, stderr)
+		}
+		var d router.Details
+		if err := json.Unmarshal([]byte(stdout), &d); err != nil {
+			t.Fatalf("stats --json printed %q: %v", stdout, err)
+		}
+		return d
+	}
+	for i := range 5 {
+		if _, err := prod.Publish(ctx, "top.frames", map[string]int{"n": i}); err != nil {
+			t.Fatal(err)
+		}
+		for i == 0 {
+			if d := stats(); len(d.Subscriptions) == 1 && d.Subscriptions[0].Delivered == 1 {
+				break
+			}
+			time.Sleep(time.Millisecond) // polling a condition: the first delivery
+		}
+	}
+	d := stats()
+	if len(d.Subscriptions) != 1 || d.Subscriptions[0].Coalesced != 3 || d.Subscriptions[0].Queued != 1 ||
+		d.Subscriptions[0].Client != "caller" || d.Subscriptions[0].OldestQueuedAge <= 0 {
+		t.Fatalf("stats --json subscriptions: %+v", d.Subscriptions)
+	}
+	if len(d.Services) != 1 || d.Services[0].Name != "agent.echo" || d.Services[0].Client != "agent-a" {
+		t.Fatalf("stats --json services: %+v", d.Services)
+	}
+	if len(d.Topics) != 1 || d.Topics[0].Publications != 5 || d.Store.Mode != "files" {
+		t.Fatalf("stats --json topics %+v, store %+v", d.Topics, d.Store)
+	}
+
+	stdout, stderr, code := runFlybus(t, "top", "--metrics", b.metricsAddr, "--once", "--interval", "100ms")
+	if code != 0 {
+		t.Fatalf("top --once: exit %d: %s", code, stderr)
+	}
+	for _, re := range []string{
+		`(?m)^flybus top  127\.0\.0\.1:\d+  \d\d:\d\d:\d\d  rates over 0\.1s  store files: files \d+`,
+		`(?m)^TOPIC +PUB/S +LAST SEQ +SUBS +RETAINED$`,
+		`(?m)^top\.frames +0\.0 +5 +1 +0 B$`,
+		`(?m)^sub-1 +caller +top\.frames +latest +0\.0 +1 +1 +3 +0 +\d`,
+		`(?m)^agent\.echo +agent-a +0 +0 +0 +0$`,
+		`(?m)^caller +conn-\d+ +1/\d+ `,
+		`(?m)^flybus-cli +conn-\d+ `,
+	} {
+		if !regexp.MustCompile(re).MatchString(stdout) {
+			t.Errorf("top --once output lacks %s:\n%s", re, stdout)
+		}
 	}
 }

@@ -26,6 +26,7 @@ var walkSteps = []walkStep{
 	{"call", "  flybus call /tmp/flybus-agent.sock agent.echo Echo '{\"n\":1}'\n" +
 		"      # connects as agent-a, the socket's id; NO_SERVICE until a program registers agent.echo\n"},
 	{"stats", "  flybus stats --metrics http://127.0.0.1:9100\n"},
+	{"top", "  flybus top --metrics http://127.0.0.1:9100 --once   # without --once: live, q quits\n"},
 	{"contract", "  flybus contract | tail -1\n"},
 	{"version", "  flybus version\n"},
 	{"help", "  flybus help pub\n"},
