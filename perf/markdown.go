@@ -43,6 +43,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	r.writeBaselines(&b)
 	r.writeFigures(&b)
 	r.writeTargets(&b)
+	r.writeSubscriptions(&b)
 	r.writeIsolation(&b)
 	r.writeErrors(&b)
 	_, err := io.WriteString(w, b.String())
@@ -311,6 +312,33 @@ func (r *Report) writeTargets(b *strings.Builder) {
 			}
 		}
 		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+}
+
+// writeSubscriptions shows the router's own view of each schedule's
+// subscriptions as its last frame went out (router.Details): what the
+// slow consumer was coalescing and holding.
+func (r *Report) writeSubscriptions(b *strings.Builder) {
+	found := false
+	for _, s := range r.Schedules {
+		found = found || len(s.Subscriptions) > 0
+	}
+	if !found {
+		return
+	}
+	b.WriteString("## Subscriptions, as the router saw them at the last frame (router.Details)\n\n" +
+		"| schedule | subscription | client | mode | delivered | coalesced | in flight | queued | refused | oldest queued |\n" +
+		"| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, s := range r.Schedules {
+		for _, sd := range s.Subscriptions {
+			age := "-"
+			if sd.OldestQueuedAge > 0 {
+				age = sd.OldestQueuedAge.Round(10 * time.Microsecond).String()
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %d | %d | %d | %d | %d | %s |\n", agentsName(s.Agents), sd.ID, sd.Client,
+				sd.Mode, sd.Delivered, sd.Coalesced, sd.InFlight, sd.Queued, sd.RefusedPublications, age)
+		}
 	}
 	b.WriteString("\n")
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"io"
 	"time"
+
+	"github.com/flybus/flybus/router"
 )
 
 // Report is everything one run measured. Durations are nanoseconds in
@@ -149,8 +151,11 @@ type Schedule struct {
 	Drained         bool          `json:"drained"`
 
 	Consumers []ConsumerFigures `json:"consumers"`
-	Targets   []Target          `json:"targets"`
-	Profile   string            `json:"cpuProfile,omitempty"`
+	// Subscriptions is the router's operator snapshot of the schedule's
+	// subscriptions (router.Details) as the last frame was produced.
+	Subscriptions []router.SubscriptionDetail `json:"subscriptions,omitempty"`
+	Targets       []Target                    `json:"targets"`
+	Profile       string                      `json:"cpuProfile,omitempty"`
 
 	ErrorCount int      `json:"errorCount"`
 	Errors     []string `json:"errors,omitempty"` // the first few

@@ -205,6 +205,12 @@ func (s *schedule) measure(ctx context.Context, planned int) {
 	stopSide := s.startSide(ctx)
 	s.produce(ctx, planned)
 	stopSide()
+	// The operator's view as the last frame went out, before the drain.
+	if d, err := host.stats().details(ctx); err == nil {
+		out.Subscriptions = d.Subscriptions
+	} else {
+		s.errs.add("details", err)
+	}
 	live, drained := s.drain(ctx)
 	if !drained {
 		// Read what is left even when interrupted, so that a leak shows.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flybus/flybus/internal/shmtest"
+	"github.com/flybus/flybus/router"
 	"github.com/flybus/flybus/store"
 )
 
@@ -149,6 +150,23 @@ func checkSmokeSchedule(t *testing.T, s *Schedule) {
 	for i, c := range s.Consumers {
 		if c.Seen == 0 {
 			t.Errorf("consumer %d saw nothing", i+1)
+		}
+	}
+	// The router's own view of the same subscriptions: one each, and what
+	// it delivered is what the consumers saw (the last may still be in
+	// flight, so it delivered at least as many).
+	var frames []router.SubscriptionDetail
+	for _, sd := range s.Subscriptions {
+		if strings.HasPrefix(sd.Topic, "perf.frames.") {
+			frames = append(frames, sd)
+		}
+	}
+	if len(frames) != Consumers {
+		t.Fatalf("the router's snapshot has %d subscriptions to the frames: %+v", len(frames), s.Subscriptions)
+	}
+	for i, sd := range frames {
+		if sd.Mode != "latest" || sd.Delivered == 0 || sd.Delivered+1 < uint64(s.Consumers[i].Seen) {
+			t.Errorf("subscription %d in the router's snapshot: %+v (its consumer saw %d)", i+1, sd, s.Consumers[i].Seen)
 		}
 	}
 	if s.RouterCPU.Err != "" || s.HarnessCPU.Err != "" || s.Memory.Err != "" || s.Memory.After.RSS == 0 {

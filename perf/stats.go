@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -36,9 +37,10 @@ type routerSample struct {
 	Refusals                                  uint64 // every refusal, whatever its code
 }
 
-// statsSource reads the router's figures.
+// statsSource reads the router's figures, and its operator's snapshot.
 type statsSource interface {
 	sample(ctx context.Context) (routerSample, error)
+	details(ctx context.Context) (router.Details, error)
 }
 
 // embeddedStats reads an in-process router.
@@ -56,6 +58,8 @@ func (e embeddedStats) sample(context.Context) (routerSample, error) {
 	}
 	return out, nil
 }
+
+func (e embeddedStats) details(context.Context) (router.Details, error) { return e.r.Details(), nil }
 
 // metricsStats scrapes a router's /metrics endpoint over one kept-alive
 // HTTP connection.
@@ -156,4 +160,25 @@ func sampleFromMetrics(v map[string]float64) (routerSample, error) {
 		}
 	}
 	return s, nil
+}
+
+// details reads /details, next to /metrics.
+func (m metricsStats) details(ctx context.Context) (router.Details, error) {
+	var d router.Details
+	url := strings.TrimSuffix(m.url, "/metrics") + "/details"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return d, err
+	}
+	resp, err := m.client.Do(req)
+	if err != nil {
+		return d, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		io.Copy(io.Discard, resp.Body)
+		return d, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	err = json.NewDecoder(resp.Body).Decode(&d)
+	return d, err
 }
