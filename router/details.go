@@ -1,6 +1,8 @@
 package router
 
 import (
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/flybus/flybus/store"
@@ -97,44 +99,63 @@ type StoreDetail struct {
 	CopySeals        uint64 `json:"copySeals"`
 }
 
-// Details takes a snapshot of what the router holds.
+// Details takes a snapshot of what the router holds. The lock is held
+// only to copy counts; formatting and sorting happen after.
 func (r *Router) Details() Details {
 	now := time.Now()
+	var raw rawDetails
+	type traffic struct{ w, r, fw, fr uint64 }
 	r.mu.Lock()
-	d, conns := r.core.details(now.UnixNano())
-	for i, c := range conns {
+	r.core.details(&raw)
+	io := make([]traffic, len(raw.conns))
+	for i, c := range raw.conns {
 		if sh := r.shells[c]; sh != nil {
-			cd := &d.Clients[i]
-			cd.BytesWritten, cd.FramesWritten = sh.io.written.Load(), sh.io.framesOut.Load()
-			cd.BytesRead, cd.FramesRead = sh.io.read.Load(), sh.io.framesIn.Load()
+			io[i] = traffic{sh.io.written.Load(), sh.io.read.Load(), sh.io.framesOut.Load(), sh.io.framesIn.Load()}
 		}
 	}
 	r.mu.Unlock()
-	d.Taken = now
-	// Empty lists, not nil ones: JSON readers get [] rather than null.
-	d.Topics = nonNil(d.Topics)
-	d.Subscriptions = nonNil(d.Subscriptions)
-	d.Services = nonNil(d.Services)
-	d.Clients = nonNil(d.Clients)
+
+	d := Details{Taken: now, Topics: make([]TopicDetail, 0, len(raw.topics)),
+		Subscriptions: make([]SubscriptionDetail, 0, len(raw.subs)), Services: make([]ServiceDetail, 0, len(raw.services)),
+		Clients: make([]ClientDetail, 0, len(raw.clients))}
+	for _, t := range raw.topics {
+		d.Topics = append(d.Topics, TopicDetail{Name: t.name, Incarnation: t.inc.String(), Retained: t.retained.String(),
+			Publications: t.pubs, LastSequence: t.seq, Subscribers: t.subscribers, RetainedBytes: t.retainedB})
+	}
+	slices.SortFunc(d.Topics, func(a, b TopicDetail) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(raw.subs, func(a, b rawSub) int { return cmp.Compare(a.id, b.id) })
+	for _, s := range raw.subs {
+		sd := SubscriptionDetail{ID: s.id.String(), Client: s.client, Topic: s.topic, Mode: s.mode.String(),
+			Queued: s.queued, InFlight: s.inflight, Delivered: s.delivered, Coalesced: s.coalesced, RefusedPublications: s.refus}
+		if s.oldest != 0 && now.UnixNano() > s.oldest {
+			sd.OldestQueuedAge = time.Duration(now.UnixNano() - s.oldest)
+		}
+		d.Subscriptions = append(d.Subscriptions, sd)
+	}
+	for _, s := range raw.services {
+		d.Services = append(d.Services, ServiceDetail{Name: s.name, Incarnation: s.inc.String(), Client: s.client,
+			Queued: s.queued, InFlight: s.inflight, Calls: s.calls, FailedCalls: s.failed})
+	}
+	slices.SortFunc(d.Services, func(a, b ServiceDetail) int { return cmp.Compare(a.Name, b.Name) })
+	for i, c := range raw.clients {
+		d.Clients = append(d.Clients, ClientDetail{ID: c.ident.ClientID, Incarnation: c.ident.ClientIncarnation,
+			Connection: c.conn.String(), Owners: c.owners, OwnerBudget: raw.budget, ControlDepth: c.control,
+			QueuedBytes: c.queuedB, ActiveCalls: c.calls, BytesWritten: io[i].w, BytesRead: io[i].r,
+			FramesWritten: io[i].fw, FramesRead: io[i].fr})
+	}
+	slices.SortFunc(d.Clients, func(a, b ClientDetail) int {
+		return cmp.Or(cmp.Compare(a.ID, b.ID), cmp.Compare(a.Connection, b.Connection))
+	})
+
 	st := r.store.Stats()
 	d.Store = StoreDetail{Mode: r.store.Mode().String(), Files: st.StagingFiles + st.SealedFiles,
-		LeaseSeals: st.LeaseSeals, CopySeals: st.CopySeals, Bytes: d.Store.Bytes}
+		LeaseSeals: st.LeaseSeals, CopySeals: st.CopySeals, Bytes: raw.storeB}
 	if r.store.Mode() == store.ModePool {
 		d.Store.Files = 0
 		d.Store.Slots, d.Store.FreeSlots, d.Store.QuarantinedSlots = int64(st.Slots), int64(st.FreeSlots), int64(st.QuarantinedSlots)
 	}
 	return d
 }
-
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
-}
-
-// nanos is a duration for the core, which does not import time.
-func nanos(n int64) time.Duration { return time.Duration(n) }
 
 // Rates are per-second rates between two snapshots of the same router:
 // publications per topic (by name) and deliveries per subscription (by

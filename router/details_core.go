@@ -1,59 +1,79 @@
 package router
 
-import (
-	"cmp"
-	"slices"
-)
+import "github.com/flybus/flybus/wire"
 
-// details fills a Details from the core's tables (all but the transport
-// counters and the store, which the shell adds) and returns the
-// connection of each client, in the same order. now is the shell's clock,
-// in Unix nanoseconds, for queue ages.
-func (k *core) details(now int64) (Details, []*conn) {
-	var d Details
+// rawDetails is what Details reads from the core's tables under the lock:
+// typed ids and counts only, so that the lock is held for copying, not
+// for formatting or sorting (the shell does both after it lets go).
+type rawDetails struct {
+	topics   []rawTopic
+	subs     []rawSub
+	services []rawService
+	clients  []rawClient
+	conns    []*conn // each client's connection, for the shell's traffic counters
+	storeB   uint64
+	budget   int
+}
+
+type rawTopic struct {
+	name                 string
+	inc                  wire.TopicInc
+	retained             wire.Retention
+	pubs, seq, retainedB uint64
+	subscribers          int
+}
+
+type rawSub struct {
+	id                          wire.SubID
+	client, topic               string
+	mode                        wire.Mode
+	queued, inflight            int
+	delivered, coalesced, refus uint64
+	oldest                      int64 // admission time of the oldest queued message, 0 if none
+}
+
+type rawService struct {
+	name             string
+	inc              wire.ServiceInc
+	client           string
+	queued, inflight int
+	calls, failed    uint64
+}
+
+type rawClient struct {
+	ident                           wire.Identity
+	conn                            wire.ConnID
+	owners, control, queuedB, calls int
+}
+
+// details copies the core's tables into d, reusing its slices.
+func (k *core) details(d *rawDetails) {
+	d.topics, d.subs, d.services, d.clients, d.conns = d.topics[:0], d.subs[:0], d.services[:0], d.clients[:0], d.conns[:0]
 	for _, t := range k.topics {
-		td := TopicDetail{Name: t.name, Incarnation: t.inc.String(), Retained: t.retained.String(),
-			Publications: t.pubs, LastSequence: t.seq, Subscribers: len(t.subs)}
+		rt := rawTopic{name: t.name, inc: t.inc, retained: t.retained, pubs: t.pubs, seq: t.seq, subscribers: len(t.subs)}
 		if t.latest != nil {
-			td.RetainedBytes = artifactBytes(t.latest.arts)
+			rt.retainedB = artifactBytes(t.latest.arts)
 		}
-		d.Topics = append(d.Topics, td)
+		d.topics = append(d.topics, rt)
 	}
-	slices.SortFunc(d.Topics, func(a, b TopicDetail) int { return cmp.Compare(a.Name, b.Name) })
-
-	var subs []*subscription
-	var clients []*conn
 	for _, c := range k.conns {
-		subs = append(subs, c.subs...)
+		for _, s := range c.subs {
+			rs := rawSub{id: s.id, client: s.conn.ident.ClientID, topic: s.topic.name, mode: s.mode,
+				queued: len(s.queue), inflight: s.inflight, delivered: s.delivered, coalesced: s.coalesced, refus: s.refusedPubs}
+			if len(s.queue) > 0 {
+				rs.oldest = s.queue[0].at
+			}
+			d.subs = append(d.subs, rs)
+		}
 		if c.helloDone && !c.gone {
-			clients = append(clients, c)
+			d.clients = append(d.clients, rawClient{ident: c.ident, conn: c.id, owners: c.owners(),
+				control: len(c.control) - c.ctrlHead, queuedB: c.queuedBytes, calls: len(c.calls)})
+			d.conns = append(d.conns, c)
 		}
 	}
-	slices.SortFunc(subs, func(a, b *subscription) int { return cmp.Compare(a.id, b.id) })
-	for _, s := range subs {
-		sd := SubscriptionDetail{ID: s.id.String(), Client: s.conn.ident.ClientID, Topic: s.topic.name,
-			Mode: s.mode.String(), Queued: len(s.queue), InFlight: s.inflight,
-			Delivered: s.delivered, Coalesced: s.coalesced, RefusedPublications: s.refusedPubs}
-		if len(s.queue) > 0 && s.queue[0].at != 0 && now > s.queue[0].at {
-			sd.OldestQueuedAge = nanos(now - s.queue[0].at)
-		}
-		d.Subscriptions = append(d.Subscriptions, sd)
-	}
-
 	for _, s := range k.services {
-		d.Services = append(d.Services, ServiceDetail{Name: s.name, Incarnation: s.inc.String(),
-			Client: s.conn.ident.ClientID, Queued: len(s.queue), InFlight: s.inflight, Calls: s.calls, FailedCalls: s.failed})
+		d.services = append(d.services, rawService{name: s.name, inc: s.inc, client: s.conn.ident.ClientID,
+			queued: len(s.queue), inflight: s.inflight, calls: s.calls, failed: s.failed})
 	}
-	slices.SortFunc(d.Services, func(a, b ServiceDetail) int { return cmp.Compare(a.Name, b.Name) })
-
-	slices.SortFunc(clients, func(a, b *conn) int {
-		return cmp.Or(cmp.Compare(a.ident.ClientID, b.ident.ClientID), cmp.Compare(a.id, b.id))
-	})
-	for _, c := range clients {
-		d.Clients = append(d.Clients, ClientDetail{ID: c.ident.ClientID, Incarnation: c.ident.ClientIncarnation,
-			Connection: c.id.String(), Owners: c.owners(), OwnerBudget: k.limits.MaxOwnersPerClient,
-			ControlDepth: len(c.control) - c.ctrlHead, QueuedBytes: c.queuedBytes, ActiveCalls: len(c.calls)})
-	}
-	d.Store.Bytes = k.storeBytes
-	return d, clients
+	d.storeB, d.budget = k.storeBytes, k.limits.MaxOwnersPerClient
 }
