@@ -7,7 +7,7 @@ import unittest
 
 import flybus
 
-from ._router import Router
+from _router import Router
 
 
 class ArtifactTests:

@@ -8,7 +8,7 @@ import unittest
 import flybus
 from flybus import _wire
 
-from ._router import Router
+from _router import Router
 
 
 class RouterCase(unittest.TestCase):

@@ -7,7 +7,7 @@ import tarfile
 import tempfile
 import unittest
 
-from ._router import REPO, flybus_binary
+from _router import REPO, flybus_binary
 
 
 class FramesExampleTest(unittest.TestCase):

@@ -6,7 +6,7 @@ import io
 import re
 import unittest
 
-from ._router import REPO, Router
+from _router import REPO, Router
 
 
 def readme_example():

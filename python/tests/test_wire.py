@@ -3,7 +3,7 @@ import struct
 import unittest
 
 from flybus import CONTRACT, CONTRACT_DIGEST, _wire
-from ._router import flybus_binary
+from _router import flybus_binary
 import subprocess
 
 

@@ -230,8 +230,11 @@ class Client:
                 self._fail(ClosedError(f"writing to the router failed: {e}"))
                 raise self._lost from None
 
-    def _request(self, op, body, timeout=_DEFAULT_TIMEOUT, orphan=None, attachments=()):
-        w = _Waiter(op)
+    def _request(self, op, body, timeout=_DEFAULT_TIMEOUT, orphan=None, attachments=(), then=None):
+        """Sends op and waits for its value. orphan takes an answer that
+        comes after the timeout; then runs on the reader thread as the
+        answer is dispatched, before any later frame."""
+        w = _Waiter(op, then=then)
         self._send(op, body, w, attachments)
         if not w.done.wait(timeout):
             with self._lock:
@@ -432,16 +435,9 @@ class Client:
             with self._lock:
                 self._subs[sub.id] = sub
 
-        w = _Waiter("subscribe", then=known)
-        self._send("subscribe", body, w)
-        if not w.done.wait(timeout):
-            with self._lock:
-                if not w.done.is_set():
-                    # Subscribed after the caller gave up: nobody will read it.
-                    w.orphan = lambda v, err: err is None and sub.close()
-                    raise TimeoutError("subscribe was not answered within the timeout")
-        if w.error is not None:
-            raise w.error
+        # The reader registers the subscription before its first delivery;
+        # subscribed after the caller gave up, nobody will read it.
+        self._request("subscribe", body, timeout, orphan=lambda v, err: err is None and sub.close(), then=known)
         return sub
 
     # ---- RPC ---------------------------------------------------------
