@@ -3,12 +3,11 @@ package perf
 import (
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/flybus/flybus/internal/term"
 )
 
 // progress shows what the run is doing. On a terminal it rewrites one
@@ -36,7 +35,7 @@ func startProgress(w io.Writer) *progress {
 	if w == nil {
 		return nil
 	}
-	p := &progress{w: w, tty: isTerminal(w), stopc: make(chan struct{}), done: make(chan struct{})}
+	p := &progress{w: w, tty: term.IsTerminal(w), stopc: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		t := time.NewTicker(time.Second)
@@ -51,17 +50,6 @@ func startProgress(w io.Writer) *progress {
 		}
 	}()
 	return p
-}
-
-// isTerminal reports whether w is a terminal: only a terminal has
-// termios settings.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
 }
 
 // set changes what the line shows; f is called once a second.

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flybus/flybus/internal/term"
 )
 
 // TestProgressPlainLinesOffTerminal: a log or a pipe gets whole lines, one
@@ -34,11 +36,11 @@ func TestProgressKnowsATerminal(t *testing.T) {
 	}
 	defer r.Close()
 	defer w.Close()
-	if isTerminal(w) || isTerminal(&bytes.Buffer{}) {
+	if term.IsTerminal(w) || term.IsTerminal(&bytes.Buffer{}) {
 		t.Error("a pipe or a buffer taken for a terminal")
 	}
 	ptmx, pts := openPTY(t)
-	if !isTerminal(pts) {
+	if !term.IsTerminal(pts) {
 		t.Fatal("a pseudo-terminal not taken for a terminal")
 	}
 	p := startProgress(pts)

@@ -46,19 +46,9 @@ func statsUsage() string {
 
 func runStats(c *command, args []string, stdout, stderr io.Writer) int {
 	o := &statsOptions{}
-	pos, code, ok := parse(c, statsFlags(o), args, stdout, stderr)
+	addr, code, ok := metricsCommand(c, statsFlags(o), &o.metrics, args, stdout, stderr)
 	if !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		return usageError(c, stderr, "unexpected argument "+pos[0])
-	}
-	if o.metrics == "" {
-		return usageError(c, stderr, "--metrics ADDR is required")
-	}
-	addr, err := metricsAddr(o.metrics)
-	if err != nil {
-		return usageError(c, stderr, err.Error())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
@@ -86,6 +76,27 @@ func runStats(c *command, args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// metricsCommand parses the flags of a command that reads a router's
+// metrics endpoint (no positional arguments, --metrics required) and
+// returns the endpoint's host:port.
+func metricsCommand(c *command, set *flag.FlagSet, metrics *string, args []string, stdout, stderr io.Writer) (string, int, bool) {
+	pos, code, ok := parse(c, set, args, stdout, stderr)
+	if !ok {
+		return "", code, false
+	}
+	if len(pos) > 0 {
+		return "", usageError(c, stderr, "unexpected argument "+pos[0]), false
+	}
+	if *metrics == "" {
+		return "", usageError(c, stderr, "--metrics ADDR is required"), false
+	}
+	addr, err := metricsAddr(*metrics)
+	if err != nil {
+		return "", usageError(c, stderr, err.Error()), false
+	}
+	return addr, 0, true
 }
 
 // fetchDetails reads a router's /details snapshot.

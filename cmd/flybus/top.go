@@ -14,8 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/flybus/flybus/internal/term"
 	"github.com/flybus/flybus/router"
 )
 
@@ -57,22 +56,12 @@ func topCmdUsage() string {
 
 func runTop(c *command, args []string, stdout, stderr io.Writer) int {
 	o := &topOptions{}
-	pos, code, ok := parse(c, topFlags(o), args, stdout, stderr)
+	addr, code, ok := metricsCommand(c, topFlags(o), &o.metrics, args, stdout, stderr)
 	if !ok {
 		return code
 	}
-	if len(pos) > 0 {
-		return usageError(c, stderr, "unexpected argument "+pos[0])
-	}
-	if o.metrics == "" {
-		return usageError(c, stderr, "--metrics ADDR is required")
-	}
 	if o.interval <= 0 || o.rows <= 0 {
 		return usageError(c, stderr, "--interval and --rows must be positive")
-	}
-	addr, err := metricsAddr(o.metrics)
-	if err != nil {
-		return usageError(c, stderr, err.Error())
 	}
 	fetch := func() (router.Details, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), max(o.interval, 5*time.Second))
@@ -103,7 +92,7 @@ func liveTop(stdout, stderr io.Writer, addr string, prev router.Details, fetch f
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
-	if restore, ok := rawTerminal(os.Stdin); ok {
+	if restore, ok := term.Raw(os.Stdin); ok {
 		defer restore()
 		go func() {
 			b := make([]byte, 1)
@@ -115,7 +104,7 @@ func liveTop(stdout, stderr io.Writer, addr string, prev router.Details, fetch f
 			}
 		}()
 	}
-	redraw := isTerminal(stdout)
+	redraw := term.IsTerminal(stdout)
 	tick := time.NewTicker(o.interval)
 	defer tick.Stop()
 	for first := true; ; first = false {
@@ -232,32 +221,4 @@ func ageText(d time.Duration) string {
 		return "-"
 	}
 	return d.Round(time.Millisecond / 10).String()
-}
-
-// isTerminal reports whether w is a terminal.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
-}
-
-// rawTerminal puts a terminal on f into raw input (keys arrive one at a
-// time, unechoed) and returns how to restore it; ok is false when f is
-// not a terminal.
-func rawTerminal(f *os.File) (restore func(), ok bool) {
-	fd := int(f.Fd())
-	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
-	if err != nil {
-		return nil, false
-	}
-	raw := *old
-	raw.Lflag &^= unix.ICANON | unix.ECHO | unix.ISIG
-	raw.Cc[unix.VMIN], raw.Cc[unix.VTIME] = 1, 0
-	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &raw); err != nil {
-		return nil, false
-	}
-	return func() { unix.IoctlSetTermios(fd, unix.TCSETS, old) }, true
 }
