@@ -25,8 +25,6 @@ type benchRaw struct {
 	id  uint64
 }
 
-func (r *benchRaw) send(op wire.Op, body wire.Body) { r.sendWith(op, body, nil) }
-
 func (r *benchRaw) sendWith(op wire.Op, body wire.Body, atts []wire.Attachment) {
 	r.id++
 	var err error
