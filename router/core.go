@@ -42,7 +42,7 @@ type core struct {
 	dirty []*conn
 
 	stats counters
-	now   int64  // the latest command's arrival, from the shell (input.now)
+	now   int64  // the latest publication's arrival, from the shell (input.now)
 	buf   []byte // scratch for encoding reply and notice bodies
 	ready ready  // what the latest step made ready (see step)
 

@@ -122,7 +122,11 @@ func (sh *shell) readLoop() {
 		}
 		sh.io.read.Add(uint64(len(frame)) + 4)
 		sh.io.framesIn.Add(1)
-		why, closing := sh.r.step(input{kind: inCommand, conn: sh.c, env: &env, bodyErr: be, now: time.Now().UnixNano()})
+		in := input{kind: inCommand, conn: sh.c, env: &env, bodyErr: be}
+		if env.Op == wire.OpPublish {
+			in.now = time.Now().UnixNano() // only a publication keeps its arrival (queue ages)
+		}
+		why, closing := sh.r.step(in)
 		dec.Trim() // an idle connection must not pin a large frame's tape
 		if why != "" {
 			sh.logViolation(why)

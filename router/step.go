@@ -42,8 +42,9 @@ type input struct {
 	err      error
 	limit    int
 	frames   []frame // inPull: the destination, appended to
-	// now is the shell's clock when it read a command (Unix nanoseconds),
-	// for the ages Details reports; the core never reads a clock itself.
+	// now is the shell's clock when it read a publish command (Unix
+	// nanoseconds), for the queue ages Details reports; the core never
+	// reads a clock itself.
 	now int64
 }
 
