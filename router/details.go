@@ -22,6 +22,7 @@ type Details struct {
 	Services      []ServiceDetail      `json:"services"`
 	Clients       []ClientDetail       `json:"clients"`
 	Store         StoreDetail          `json:"store"`
+	Latencies     Latencies            `json:"latencies"`
 }
 
 // TopicDetail is one declared topic.
@@ -147,6 +148,7 @@ func (r *Router) Details() Details {
 		return cmp.Or(cmp.Compare(a.ID, b.ID), cmp.Compare(a.Connection, b.Connection))
 	})
 
+	d.Latencies = r.Latencies()
 	st := r.store.Stats()
 	d.Store = StoreDetail{Mode: r.store.Mode().String(), Files: st.StagingFiles + st.SealedFiles,
 		LeaseSeals: st.LeaseSeals, CopySeals: st.CopySeals, Bytes: raw.storeB}

@@ -1,6 +1,8 @@
 package router_test
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -209,4 +211,56 @@ func TestRatesBetweenSnapshots(t *testing.T) {
 	if z := cur.RatesSince(cur); len(z.Publications) != 0 || z.Interval != 0 {
 		t.Errorf("rates over no time: %+v", z)
 	}
+}
+
+// Every command is timed through admission, and a frame that waited behind
+// a stalled reader's writes shows a lane wait at least as long as the
+// stall: the frame was readied before the stall began (its publication was
+// answered) and its write could begin only after the reader resumed.
+func TestLatenciesTimeAdmissionAndLaneWait(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		pub := h.dial("lat-pub")
+		mustDeclare(t, pub, "lat", wire.RetainNone)
+		r := newRaw(t, h.conn(""))
+		r.hello("lat-slow")
+		l := wire.DefaultLimits()
+		r.command(wire.OpSubscribe, &wire.Subscribe{Topic: "lat", Mode: wire.ModeBounded,
+			MaxQueued: uint32(l.MaxBoundedQueued), MaxInFlight: uint32(l.MaxBoundedInFlight)})
+		if be := r.reply(&wire.SubscribeOK{}); be != nil {
+			t.Fatal(be)
+		}
+		admitted := h.r.Latencies().Admission.Count
+		if admitted < 4 { // two hellos, a declare, a subscribe
+			t.Fatalf("%d commands timed, want at least 4", admitted)
+		}
+		// Deliveries of about 60 KB: more than either transport buffers,
+		// so the subscriber's writes block until it reads.
+		fill := strings.Repeat("x", 60000)
+		n := l.MaxBoundedInFlight
+		for i := range n {
+			if _, err := pub.Publish(ctx, "lat", wire.RawJSON(`{"i":`+strconv.Itoa(i)+`,"fill":"`+fill+`"}`)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := h.r.Latencies().Admission.Count - admitted; got < uint64(n) {
+			t.Errorf("%d commands timed during %d publications", got, n)
+		}
+		const stall = 20 * time.Millisecond
+		time.Sleep(stall) // the stall itself, not a wait for something to happen
+		for i := range n {
+			if err := r.next(); err != nil || r.env.Op != wire.OpTopicMessage {
+				t.Fatalf("delivery %d: %v %s", i, err, r.env.Op)
+			}
+		}
+		// A wait of at least the stall (20 ms) lands above the 16.384 ms
+		// bucket; the longest bound says which bucket the longest wait is in.
+		lw := h.r.Latencies().LaneWait
+		if lw.Count == 0 || lw.Quantile(1) < 32768*time.Microsecond {
+			t.Fatalf("lane wait: %d batches, the longest at most %v; want one above %v", lw.Count, lw.Quantile(1), router.BucketBound(14))
+		}
+		if d := h.r.Details().Latencies; d.Admission.Count < admitted+uint64(n) || d.LaneWait.Count < lw.Count {
+			t.Errorf("Details carries admission %d, lane wait %d", d.Admission.Count, d.LaneWait.Count)
+		}
+	})
 }

@@ -59,6 +59,9 @@ type Router struct {
 	listeners map[*Listener]struct{}
 	shutdown  bool
 	wg        sync.WaitGroup // every connection and listener goroutine
+
+	// What the shell times of itself (Latencies); lock-free.
+	admission, laneWait histogram
 }
 
 // ErrClosed is returned by entry points after Shutdown.
@@ -255,12 +258,22 @@ func (r *Router) step(in input) (violation string, closing bool) {
 	var wakeArr, directArr, closingArr [8]*shell
 	var effs [4]effect
 	wake, direct, closingShells := wakeArr[:0], directArr[:0], closingArr[:0]
+	// One clock read before the lock: it dates a publication's arrival
+	// (queue ages), starts the admission time and stamps the frames this
+	// step readies (lane wait). The core itself reads no clock.
+	t0 := time.Now()
+	if in.kind == inCommand && in.env.Op == wire.OpPublish {
+		in.now = t0.UnixNano()
+	}
 	r.mu.Lock()
 	rd := r.core.step(in)
 	effects := append(effs[:0], rd.effects...)
 	violation, closing = rd.violation, rd.closing
 	for _, c := range rd.wake {
 		sh := r.shells[c]
+		if sh != nil && sh.readySince.IsZero() {
+			sh.readySince = t0
+		}
 		switch {
 		case sh == nil:
 		case c.closing:
@@ -275,6 +288,9 @@ func (r *Router) step(in input) (violation string, closing bool) {
 		}
 	}
 	r.mu.Unlock()
+	if in.kind == inCommand {
+		r.admission.observe(time.Since(t0))
+	}
 	if len(closingShells) > 0 {
 		// A peer that stopped reading must not hold the writer past the
 		// final notice. (Clocks and deadlines stay out of the lock.)

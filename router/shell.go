@@ -37,6 +37,11 @@ type shell struct {
 	atts    []wire.Attachment
 	spent   [][]byte // control bodies encoded since the last pull, handed back at the next
 
+	// Lane wait: readySince (guarded by r.mu) is when the oldest step whose
+	// frames are not yet pulled began; a pull moves it to pulledSince,
+	// which the token's holder reads when the batch's write begins.
+	readySince, pulledSince time.Time
+
 	io ioCounters // what crossed the transport, for Details
 }
 
@@ -122,11 +127,7 @@ func (sh *shell) readLoop() {
 		}
 		sh.io.read.Add(uint64(len(frame)) + 4)
 		sh.io.framesIn.Add(1)
-		in := input{kind: inCommand, conn: sh.c, env: &env, bodyErr: be}
-		if env.Op == wire.OpPublish {
-			in.now = time.Now().UnixNano() // only a publication keeps its arrival (queue ages)
-		}
-		why, closing := sh.r.step(in)
+		why, closing := sh.r.step(input{kind: inCommand, conn: sh.c, env: &env, bodyErr: be})
 		dec.Trim() // an idle connection must not pin a large frame's tape
 		if why != "" {
 			sh.logViolation(why)
@@ -254,6 +255,7 @@ func (sh *shell) writeDirect() {
 			sh.handOff(sh.buf) // a final notice: only the writer ends connections
 			return
 		}
+		sh.writeStarts()
 		n, err := sh.tw.TryWrite(sh.buf)
 		sh.io.written.Add(uint64(n))
 		if err != nil || n < len(sh.buf) {
@@ -320,6 +322,18 @@ func (sh *shell) encode() (last bool) {
 // what the step returns is empty.
 func (sh *shell) pull() {
 	sh.frames = sh.r.core.step(input{kind: inPull, conn: sh.c, frames: sh.frames[:0]}).frames
+	if len(sh.frames) > 0 {
+		sh.pulledSince, sh.readySince = sh.readySince, time.Time{}
+	}
+}
+
+// writeStarts records the lane wait of the batch just pulled. Called by
+// the token's holder outside the lock, as the batch's write begins.
+func (sh *shell) writeStarts() {
+	if !sh.pulledSince.IsZero() {
+		sh.r.laneWait.observe(time.Since(sh.pulledSince))
+		sh.pulledSince = time.Time{}
+	}
 }
 
 // giveBack returns the encoded control bodies to the connection. Called
@@ -383,6 +397,7 @@ func (sh *shell) writeLoop() {
 			if last {
 				_ = sh.nc.SetWriteDeadline(time.Now().Add(closeGrace))
 			}
+			sh.writeStarts()
 			err := wire.WriteFull(sh.nc, sh.buf)
 			if err == nil {
 				sh.io.written.Add(uint64(len(sh.buf)))

@@ -51,32 +51,34 @@ type fileConfig struct {
 
 // serveOptions are the serve flags as typed.
 type serveOptions struct {
-	store        string
-	storeMode    string
-	listen       listFlag
-	open         bool
-	config       string
-	helloTimeout time.Duration
-	shutdown     time.Duration
-	logFormat    string
-	metrics      string
-	limits       listFlag
-	set          map[string]bool // flags given explicitly, for overriding the file
+	store           string
+	storeMode       string
+	listen          listFlag
+	open            bool
+	config          string
+	helloTimeout    time.Duration
+	shutdown        time.Duration
+	logFormat       string
+	metrics         string
+	metricsLabelCap int
+	limits          listFlag
+	set             map[string]bool // flags given explicitly, for overriding the file
 }
 
 // serveConfig is what serve runs with, fully validated.
 type serveConfig struct {
-	Store        string
-	StoreMode    store.Mode
-	Listen       []listenSpec
-	Open         bool
-	Default      *router.Grants
-	Clients      map[string]router.Grants
-	Limits       wire.Limits
-	HelloTimeout time.Duration
-	Shutdown     time.Duration // how long clients get to go at shutdown
-	LogFormat    string
-	Metrics      string // host:port, or "" for no metrics endpoint
+	Store           string
+	StoreMode       store.Mode
+	Listen          []listenSpec
+	Open            bool
+	Default         *router.Grants
+	Clients         map[string]router.Grants
+	Limits          wire.Limits
+	HelloTimeout    time.Duration
+	Shutdown        time.Duration // how long clients get to go at shutdown
+	LogFormat       string
+	Metrics         string // host:port, or "" for no metrics endpoint
+	MetricsLabelCap int    // entities per kind with series of their own
 }
 
 // Policy builds the router policy. Without any policy in the file or on
@@ -194,6 +196,9 @@ func resolveServe(o *serveOptions, readFile func(string) ([]byte, error)) (*serv
 			return nil, err
 		}
 		c.Metrics = addr
+	}
+	if c.MetricsLabelCap = o.metricsLabelCap; c.MetricsLabelCap < 1 {
+		return nil, fmt.Errorf("--metrics-label-cap must be at least 1, not %d", c.MetricsLabelCap)
 	}
 	return c, nil
 }

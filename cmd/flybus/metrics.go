@@ -1,241 +1,356 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"reflect"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
-	"unicode"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/flybus/flybus/router"
 	"github.com/flybus/flybus/wire"
 )
 
-// The metrics endpoint renders router.Stats in the Prometheus text
-// exposition format (version 0.0.4) by reflection, so a field added to
-// Stats is exported without touching this file. The rules:
-//
-//   - signed integer and float fields are gauges: flybus_<snake_case>;
-//   - unsigned fields ending in "Bytes" are gauges (sizes held now);
-//   - other unsigned fields are counters, named with a _total suffix;
-//   - map[string]<number> fields are counters labelled by key (Refusals
-//     by error code, every code present, zero included, so rates work).
+// The metrics endpoint exports, on every scrape, one router.Stats and one
+// router.Details taken then: router-wide gauges and counters (names
+// below), per-topic, per-subscription, per-service and per-client series
+// labelled topic, subscription, service and client, and the router's own
+// latency histograms. Nothing is kept between scrapes: counters are the
+// router's, read as they stand.
 
-// The exposition format's escapes, built once: a scrape every few
-// milliseconds must not rebuild them.
+// statMetric is one router.Stats field as a metric: gauges for what is
+// held now, counters (named _total) for what has happened.
+type statMetric struct {
+	field, name, help string
+	counter           bool
+	value             func(*router.Stats) float64
+}
+
+func gaugeOf[T int | int64 | uint64](field, name, help string, get func(*router.Stats) T) statMetric {
+	return statMetric{field: field, name: name, help: help, value: func(s *router.Stats) float64 { return float64(get(s)) }}
+}
+
+func counterOf(field, name, help string, get func(*router.Stats) uint64) statMetric {
+	return statMetric{field: field, name: name, help: help, counter: true,
+		value: func(s *router.Stats) float64 { return float64(get(s)) }}
+}
+
+// statMetrics lists every router.Stats field but Refusals (labelled by
+// code, below); a test fails when a field is missing here.
+var statMetrics = []statMetric{
+	gaugeOf("Connections", "connections", "Open connections, including those still in hello.", func(s *router.Stats) int { return s.Connections }),
+	gaugeOf("PendingHello", "pending_hello", "Connections that have not completed bus.hello.", func(s *router.Stats) int { return s.PendingHello }),
+	gaugeOf("Services", "services", "Registered services.", func(s *router.Stats) int { return s.Services }),
+	gaugeOf("Topics", "topics", "Declared topics.", func(s *router.Stats) int { return s.Topics }),
+	gaugeOf("Subscriptions", "subscriptions", "Live subscriptions.", func(s *router.Stats) int { return s.Subscriptions }),
+	gaugeOf("Calls", "calls", "Call correlation records, detached calls included.", func(s *router.Stats) int { return s.Calls }),
+	gaugeOf("ActiveCalls", "active_calls", "Calls holding a caller's active-call slot.", func(s *router.Stats) int { return s.ActiveCalls }),
+	gaugeOf("Artifacts", "artifacts", "Artifacts the router tracks, staged or sealed.", func(s *router.Stats) int { return s.Artifacts }),
+	gaugeOf("SealedArtifacts", "sealed_artifacts", "Sealed artifacts.", func(s *router.Stats) int { return s.SealedArtifacts }),
+	gaugeOf("ArtifactRoots", "artifact_roots", "Ownership roots held on artifacts.", func(s *router.Stats) int { return s.ArtifactRoots }),
+	gaugeOf("Owners", "owners", "Ownership records: deliveries not yet consumed, holds and writers.", func(s *router.Stats) int { return s.Owners }),
+	gaugeOf("ReplyCapabilities", "reply_capabilities", "Open reply capabilities of dispatched requests.", func(s *router.Stats) int { return s.ReplyCapabilities }),
+	gaugeOf("Queued", "queued", "Items waiting on any lane or service queue.", func(s *router.Stats) int { return s.Queued }),
+	gaugeOf("StoreBytes", "store_bytes", "Bytes reserved in the store: staging, sealed and seal copies in progress.", func(s *router.Stats) uint64 { return s.StoreBytes }),
+	gaugeOf("RetainedBytes", "retained_bytes", "Bytes of artifacts retained by topics.", func(s *router.Stats) uint64 { return s.RetainedBytes }),
+	gaugeOf("QueuedBytes", "queued_bytes", "Bytes of deliveries queued on bounded subscriptions.", func(s *router.Stats) uint64 { return s.QueuedBytes }),
+	counterOf("ConnectionsTotal", "connections_total", "Connections accepted.", func(s *router.Stats) uint64 { return s.ConnectionsTotal }),
+	counterOf("CallsTotal", "calls_total", "Calls admitted.", func(s *router.Stats) uint64 { return s.CallsTotal }),
+	counterOf("ProtocolCloses", "protocol_closes_total", "Connections closed for a protocol violation.", func(s *router.Stats) uint64 { return s.ProtocolCloses }),
+	counterOf("ControlOverflows", "control_overflows_total", "Connections closed because their control lane overflowed.", func(s *router.Stats) uint64 { return s.ControlOverflows }),
+	counterOf("AcceptRetries", "accept_retries_total", "Failed accepts on the Unix listeners, each retried after a back-off (out of descriptors, for example).", func(s *router.Stats) uint64 { return s.AcceptRetries }),
+	counterOf("DirectWrites", "direct_writes_total", "Batches a step wrote to a connection itself.", func(s *router.Stats) uint64 { return s.DirectWrites }),
+	counterOf("WriterWrites", "writer_writes_total", "Batches a connection's writer goroutine wrote.", func(s *router.Stats) uint64 { return s.WriterWrites }),
+	counterOf("WriterHandoffs", "writer_handoffs_total", "Writes a step could not finish without blocking and handed to the connection's writer.", func(s *router.Stats) uint64 { return s.WriterHandoffs }),
+	counterOf("Publications", "publications_total", "Publications admitted.", func(s *router.Stats) uint64 { return s.Publications }),
+	counterOf("Seals", "seals_total", "Artifacts sealed.", func(s *router.Stats) uint64 { return s.Seals }),
+	counterOf("LeaseSeals", "lease_seals_total", "Seals that moved no bytes (the write lease was granted).", func(s *router.Stats) uint64 { return s.LeaseSeals }),
+	counterOf("CopySeals", "copy_seals_total", "Seals that copied because a writer kept the file open.", func(s *router.Stats) uint64 { return s.CopySeals }),
+	counterOf("Collected", "collected_total", "Artifacts collected after their last root.", func(s *router.Stats) uint64 { return s.Collected }),
+	gaugeOf("StoreFiles", "store_files", "Staging and sealed files on disk (pool mode: slots holding an artifact).", func(s *router.Stats) int64 { return s.StoreFiles }),
+	counterOf("PoolHits", "pool_hits_total", "Allocations served by a prepared staging file.", func(s *router.Stats) uint64 { return s.PoolHits }),
+	counterOf("PoolMisses", "pool_misses_total", "Allocations that had to create a staging file (or, in pool mode, a slot).", func(s *router.Stats) uint64 { return s.PoolMisses }),
+	gaugeOf("Slots", "slots", "Pool mode: slot files, free and quarantined ones included.", func(s *router.Stats) int64 { return s.Slots }),
+	gaugeOf("FreeSlots", "free_slots", "Pool mode: slots ready for the next allocation of their size.", func(s *router.Stats) int64 { return s.FreeSlots }),
+	gaugeOf("QuarantinedSlots", "quarantined_slots", "Pool mode: slots kept from reuse because a writer still held them.", func(s *router.Stats) int64 { return s.QuarantinedSlots }),
+	gaugeOf("SlotBytes", "slot_bytes", "Pool mode: bytes of all slot files.", func(s *router.Stats) int64 { return s.SlotBytes }),
+	counterOf("StoreOpens", "store_opens_total", "Files the store opened or created.", func(s *router.Stats) uint64 { return s.StoreOpens }),
+	counterOf("StoreFallocates", "store_fallocates_total", "fallocate calls of the store.", func(s *router.Stats) uint64 { return s.StoreFallocates }),
+	counterOf("StoreUnlinks", "store_unlinks_total", "Files the store unlinked.", func(s *router.Stats) uint64 { return s.StoreUnlinks }),
+}
+
+// otherLabel stands for every entity past the label cap. Parentheses are
+// in no topic name, service name or id, so it never collides with one.
+const otherLabel = "(other)"
+
+// defaultLabelCap bounds how many topics, services, subscriptions and
+// clients get series of their own; a scrape then stays a few hundred
+// kilobytes however many clients come and go.
+const defaultLabelCap = 100
+
+// entityMetric is one per-entity series family of router.Details.
+type entityMetric[T any] struct {
+	desc    *prometheus.Desc
+	counter bool
+	value   func(*T) float64
+}
+
+func (m entityMetric[T]) valueType() prometheus.ValueType {
+	if m.counter {
+		return prometheus.CounterValue
+	}
+	return prometheus.GaugeValue
+}
+
+func entity[T any](name, help string, labels []string, counter bool, value func(*T) float64) entityMetric[T] {
+	return entityMetric[T]{desc: prometheus.NewDesc("flybus_"+name, help, labels, nil), counter: counter, value: value}
+}
+
 var (
-	helpEscaper  = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
-	labelEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`)
+	topicLabels = []string{"topic"}
+	subLabels   = []string{"subscription", "topic", "client"}
+	svcLabels   = []string{"service"}
+	clientLabel = []string{"client"}
 )
 
-const metricsContentType = "text/plain; version=0.0.4; charset=utf-8"
-
-// metricHelp describes the fields we know; a new field gets a generic line.
-var metricHelp = map[string]string{
-	"Connections":       "Open connections, including those still in hello.",
-	"PendingHello":      "Connections that have not completed bus.hello.",
-	"Services":          "Registered services.",
-	"Topics":            "Declared topics.",
-	"Subscriptions":     "Live subscriptions.",
-	"Calls":             "Call correlation records, detached calls included.",
-	"ActiveCalls":       "Calls holding a caller's active-call slot.",
-	"Artifacts":         "Artifacts the router tracks, staged or sealed.",
-	"SealedArtifacts":   "Sealed artifacts.",
-	"ArtifactRoots":     "Ownership roots held on artifacts.",
-	"Owners":            "Ownership records: deliveries not yet consumed, holds and writers.",
-	"ReplyCapabilities": "Open reply capabilities of dispatched requests.",
-	"Queued":            "Items waiting on any lane or service queue.",
-	"StoreBytes":        "Bytes reserved in the store: staging, sealed and seal copies in progress.",
-	"RetainedBytes":     "Bytes of artifacts retained by topics.",
-	"QueuedBytes":       "Bytes of deliveries queued on bounded subscriptions.",
-	"ConnectionsTotal":  "Connections accepted.",
-	"CallsTotal":        "Calls admitted.",
-	"ProtocolCloses":    "Connections closed for a protocol violation.",
-	"ControlOverflows":  "Connections closed because their control lane overflowed.",
-	"Publications":      "Publications admitted.",
-	"Seals":             "Artifacts sealed.",
-	"LeaseSeals":        "Seals that moved no bytes (the write lease was granted).",
-	"CopySeals":         "Seals that copied because a writer kept the file open.",
-	"Collected":         "Artifacts collected after their last root.",
-	"StoreFiles":        "Staging and sealed files on disk.",
-	"PoolHits":          "Allocations served by a prepared staging file.",
-	"PoolMisses":        "Allocations that had to create a staging file (or, in pool mode, a slot).",
-	"Slots":             "Pool mode: slot files, free and quarantined ones included.",
-	"FreeSlots":         "Pool mode: slots ready for the next allocation of their size.",
-	"QuarantinedSlots":  "Pool mode: slots kept from reuse because a writer still held them.",
-	"SlotBytes":         "Pool mode: bytes of all slot files.",
-	"StoreOpens":        "Files the store opened or created.",
-	"StoreFallocates":   "fallocate calls of the store.",
-	"StoreUnlinks":      "Files the store unlinked.",
-	"AcceptRetries":     "Failed accepts on the Unix listeners, each retried after a back-off (out of descriptors, for example).",
-	"Refusals":          "Commands refused, by error code.",
+var topicMetrics = []entityMetric[router.TopicDetail]{
+	entity("topic_publications_total", "Publications accepted on the topic since it was declared.", topicLabels, true,
+		func(t *router.TopicDetail) float64 { return float64(t.Publications) }),
+	entity("topic_last_sequence", "The topic sequence of its latest accepted publication.", topicLabels, false,
+		func(t *router.TopicDetail) float64 { return float64(t.LastSequence) }),
+	entity("topic_subscribers", "Subscriptions on the topic.", topicLabels, false,
+		func(t *router.TopicDetail) float64 { return float64(t.Subscribers) }),
+	entity("topic_retained_bytes", "Artifact bytes the topic's retained value holds.", topicLabels, false,
+		func(t *router.TopicDetail) float64 { return float64(t.RetainedBytes) }),
 }
 
-// mapLabel names the label of a map field's keys.
-var mapLabel = map[string]string{"Refusals": "code"}
-
-type label struct{ name, value string }
-
-type sample struct {
-	labels []label // none for a plain gauge or counter
-	value  string
+var subMetrics = []entityMetric[router.SubscriptionDetail]{
+	entity("subscription_queued", "Messages waiting for a delivery credit.", subLabels, false,
+		func(s *router.SubscriptionDetail) float64 { return float64(s.Queued) }),
+	entity("subscription_in_flight", "Messages delivered and not yet consumed.", subLabels, false,
+		func(s *router.SubscriptionDetail) float64 { return float64(s.InFlight) }),
+	entity("subscription_delivered_total", "Messages delivered.", subLabels, true,
+		func(s *router.SubscriptionDetail) float64 { return float64(s.Delivered) }),
+	entity("subscription_coalesced_total", "Messages a newer one replaced before delivery (latest mode).", subLabels, true,
+		func(s *router.SubscriptionDetail) float64 { return float64(s.Coalesced) }),
+	entity("subscription_refused_publications_total", "Publications refused BACKPRESSURE because this subscription was full.", subLabels, true,
+		func(s *router.SubscriptionDetail) float64 { return float64(s.RefusedPublications) }),
+	entity("subscription_oldest_queued_age_seconds", "How long the oldest queued message has waited (the longest, summed over (other)).", subLabels, false,
+		func(s *router.SubscriptionDetail) float64 { return s.OldestQueuedAge.Seconds() }),
 }
 
-type metricFamily struct {
-	name, help, kind string // kind is "gauge" or "counter"
-	samples          []sample
+var svcMetrics = []entityMetric[router.ServiceDetail]{
+	entity("service_queued", "Calls waiting for dispatch.", svcLabels, false,
+		func(s *router.ServiceDetail) float64 { return float64(s.Queued) }),
+	entity("service_in_flight", "Calls dispatched whose request is not yet consumed.", svcLabels, false,
+		func(s *router.ServiceDetail) float64 { return float64(s.InFlight) }),
+	entity("service_calls_total", "Calls admitted since the service registered.", svcLabels, true,
+		func(s *router.ServiceDetail) float64 { return float64(s.Calls) }),
+	entity("service_failed_calls_total", "Calls that ended in call.failed.", svcLabels, true,
+		func(s *router.ServiceDetail) float64 { return float64(s.FailedCalls) }),
 }
 
-// statsFamilies lists every metric of s in field order, after the info
-// metric that identifies the router.
-func statsFamilies(s router.Stats, routerID, storeID string) []metricFamily {
-	fams := []metricFamily{{
-		name: "flybus_router_info", kind: "gauge",
-		help:    "The router incarnation serving these figures (always 1).",
-		samples: []sample{{labels: []label{{"router_id", routerID}, {"store_id", storeID}}, value: "1"}},
-	}}
-	v := reflect.ValueOf(s)
-	t := v.Type()
-	for i := range t.NumField() {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
+var clientMetrics = []entityMetric[router.ClientDetail]{
+	entity("client_owners", "Deliveries, holds and reply capabilities the client holds (its budget is flybus_owner_budget).", clientLabel, false,
+		func(c *router.ClientDetail) float64 { return float64(c.Owners) }),
+	entity("client_control_depth", "Replies and notices waiting on the client's control lane.", clientLabel, false,
+		func(c *router.ClientDetail) float64 { return float64(c.ControlDepth) }),
+	entity("client_queued_bytes", "Queued delivery bytes of the client's bounded subscriptions.", clientLabel, false,
+		func(c *router.ClientDetail) float64 { return float64(c.QueuedBytes) }),
+	entity("client_active_calls", "The client's calls not yet answered.", clientLabel, false,
+		func(c *router.ClientDetail) float64 { return float64(c.ActiveCalls) }),
+	entity("client_written_bytes_total", "Bytes the router wrote to the client.", clientLabel, true,
+		func(c *router.ClientDetail) float64 { return float64(c.BytesWritten) }),
+	entity("client_read_bytes_total", "Bytes the router read from the client.", clientLabel, true,
+		func(c *router.ClientDetail) float64 { return float64(c.BytesRead) }),
+	entity("client_written_frames_total", "Frames the router wrote to the client.", clientLabel, true,
+		func(c *router.ClientDetail) float64 { return float64(c.FramesWritten) }),
+	entity("client_read_frames_total", "Frames the router read from the client.", clientLabel, true,
+		func(c *router.ClientDetail) float64 { return float64(c.FramesRead) }),
+}
+
+// routerCollector renders one router's figures for client_golang.
+type routerCollector struct {
+	stats    func() router.Stats
+	details  func() router.Details
+	labelCap int
+
+	info, refusals, budget, admission, laneWait *prometheus.Desc
+	stat                                        []*prometheus.Desc
+}
+
+func newRouterCollector(routerID, storeID string, stats func() router.Stats, details func() router.Details, labelCap int) *routerCollector {
+	c := &routerCollector{stats: stats, details: details, labelCap: labelCap,
+		info: prometheus.NewDesc("flybus_router_info", "The router incarnation serving these figures (always 1).", nil,
+			prometheus.Labels{"router_id": routerID, "store_id": storeID}),
+		refusals: prometheus.NewDesc("flybus_refusals_total", "Commands refused, by error code.", []string{"code"}, nil),
+		budget:   prometheus.NewDesc("flybus_owner_budget", "Ownership records a client may hold (maxOwnersPerClient).", nil, nil),
+		admission: prometheus.NewDesc("flybus_admission_seconds",
+			"Time from a decoded command entering the routing core until the router lock is released, lock wait included.", nil, nil),
+		laneWait: prometheus.NewDesc("flybus_lane_wait_seconds",
+			"Time from the step that readied a connection's frames until the write of their batch began.", nil, nil),
+	}
+	for _, m := range statMetrics {
+		c.stat = append(c.stat, prometheus.NewDesc("flybus_"+m.name, m.help, nil, nil))
+	}
+	return c
+}
+
+func (c *routerCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range append([]*prometheus.Desc{c.info, c.refusals, c.budget, c.admission, c.laneWait}, c.stat...) {
+		ch <- d
+	}
+	describe(ch, topicMetrics)
+	describe(ch, subMetrics)
+	describe(ch, svcMetrics)
+	describe(ch, clientMetrics)
+}
+
+func describe[T any](ch chan<- *prometheus.Desc, ms []entityMetric[T]) {
+	for _, m := range ms {
+		ch <- m.desc
+	}
+}
+
+func (c *routerCollector) Collect(ch chan<- prometheus.Metric) {
+	s, d := c.stats(), c.details()
+	ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1)
+	for i, m := range statMetrics {
+		kind := prometheus.GaugeValue
+		if m.counter {
+			kind = prometheus.CounterValue
 		}
-		if fam, ok := fieldFamily(f.Name, v.Field(i)); ok {
-			fams = append(fams, fam)
+		ch <- prometheus.MustNewConstMetric(c.stat[i], kind, m.value(&s))
+	}
+	// Every code, zero included, so a rate over one not seen yet is 0
+	// rather than absent.
+	for _, code := range wire.AllErrorCodes() {
+		ch <- prometheus.MustNewConstMetric(c.refusals, prometheus.CounterValue, float64(s.Refusals[code.String()]), code.String())
+	}
+	budget := 0
+	for _, cl := range d.Clients {
+		budget = cl.OwnerBudget
+	}
+	if budget > 0 {
+		ch <- prometheus.MustNewConstMetric(c.budget, prometheus.GaugeValue, float64(budget))
+	}
+	ch <- constHistogram(c.admission, d.Latencies.Admission)
+	ch <- constHistogram(c.laneWait, d.Latencies.LaneWait)
+
+	// Past the cap, entities share the (other) series. Details lists them
+	// sorted (by name or id), so which ones have their own series changes
+	// only as entities come and go.
+	topics := capped(d.Topics, c.labelCap, func(t *router.TopicDetail) string { return t.Name })
+	clients := capped(d.Clients, c.labelCap, func(cl *router.ClientDetail) string { return cl.ID })
+	collectEntities(ch, topicMetrics, d.Topics, func(t *router.TopicDetail) []string { return []string{topics.label(t.Name)} })
+	subs := capped(d.Subscriptions, c.labelCap, func(s *router.SubscriptionDetail) string { return s.ID })
+	collectEntities(ch, subMetrics, d.Subscriptions, func(s *router.SubscriptionDetail) []string {
+		if !subs.own[s.ID] {
+			return []string{otherLabel, otherLabel, otherLabel}
+		}
+		return []string{s.ID, topics.label(s.Topic), clients.label(s.Client)}
+	})
+	svcs := capped(d.Services, c.labelCap, func(s *router.ServiceDetail) string { return s.Name })
+	collectEntities(ch, svcMetrics, d.Services, func(s *router.ServiceDetail) []string { return []string{svcs.label(s.Name)} })
+	collectEntities(ch, clientMetrics, d.Clients, func(cl *router.ClientDetail) []string { return []string{clients.label(cl.ID)} })
+}
+
+// labelSet is which entities have series of their own.
+type labelSet struct{ own map[string]bool }
+
+func (l labelSet) label(key string) string {
+	if l.own[key] {
+		return key
+	}
+	return otherLabel
+}
+
+// capped gives the first limit distinct keys of list their own series.
+func capped[T any](list []T, limit int, key func(*T) string) labelSet {
+	l := labelSet{own: map[string]bool{}}
+	for i := range list {
+		if len(l.own) == limit {
+			break
+		}
+		l.own[key(&list[i])] = true
+	}
+	return l
+}
+
+// collectEntities sums each family's values by label set (two connections
+// of one client id share a series, and so does everything past the cap)
+// and emits one sample per set, in the list's order.
+func collectEntities[T any](ch chan<- prometheus.Metric, ms []entityMetric[T], list []T, labels func(*T) []string) {
+	type series struct {
+		labels []string
+		sums   []float64
+	}
+	var order []*series
+	byKey := map[string]*series{}
+	for i := range list {
+		lv := labels(&list[i])
+		key := labelKey(lv)
+		sr := byKey[key]
+		if sr == nil {
+			sr = &series{labels: lv, sums: make([]float64, len(ms))}
+			byKey[key] = sr
+			order = append(order, sr)
+		}
+		for j, m := range ms {
+			sr.sums[j] += m.value(&list[i])
 		}
 	}
-	return fams
-}
-
-func fieldFamily(field string, v reflect.Value) (metricFamily, bool) {
-	fam := metricFamily{name: "flybus_" + snakeCase(field), help: metricHelp[field], kind: "gauge"}
-	if fam.help == "" {
-		fam.help = "router.Stats." + field + "."
-	}
-	if v.Kind() == reflect.Map {
-		return mapFamily(fam, field, v)
-	}
-	value, ok := numberText(v)
-	if !ok {
-		return metricFamily{}, false
-	}
-	if v.CanUint() && !strings.HasSuffix(field, "Bytes") {
-		fam = asCounter(fam)
-	}
-	fam.samples = []sample{{value: value}}
-	return fam, true
-}
-
-func asCounter(fam metricFamily) metricFamily {
-	fam.kind = "counter"
-	if !strings.HasSuffix(fam.name, "_total") {
-		fam.name += "_total"
-	}
-	return fam
-}
-
-// mapFamily renders a map[string]<number> field as a labelled counter.
-func mapFamily(fam metricFamily, field string, v reflect.Value) (metricFamily, bool) {
-	if v.Type().Key().Kind() != reflect.String {
-		return metricFamily{}, false
-	}
-	labelName := mapLabel[field]
-	if labelName == "" {
-		labelName = "key"
-	}
-	values := map[string]string{}
-	if labelName == "code" {
-		for _, c := range wire.AllErrorCodes() {
-			values[c.String()] = "0"
+	for j, m := range ms {
+		for _, sr := range order {
+			ch <- prometheus.MustNewConstMetric(m.desc, m.valueType(), sr.sums[j], sr.labels...)
 		}
 	}
-	for it := v.MapRange(); it.Next(); {
-		n, ok := numberText(it.Value())
-		if !ok {
-			return metricFamily{}, false
-		}
-		values[it.Key().String()] = n
-	}
-	fam = asCounter(fam)
-	keys := make([]string, 0, len(values))
-	for k := range values {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		fam.samples = append(fam.samples, sample{labels: []label{{labelName, k}}, value: values[k]})
-	}
-	return fam, true
 }
 
-func numberText(v reflect.Value) (string, bool) {
-	switch {
-	case v.CanInt():
-		return strconv.FormatInt(v.Int(), 10), true
-	case v.CanUint():
-		return strconv.FormatUint(v.Uint(), 10), true
-	case v.CanFloat():
-		return strconv.FormatFloat(v.Float(), 'g', -1, 64), true
+func labelKey(lv []string) string {
+	n := 0
+	for _, v := range lv {
+		n += len(v) + 1
 	}
-	return "", false
+	b := make([]byte, 0, n)
+	for _, v := range lv {
+		b = append(append(b, v...), 0)
+	}
+	return string(b)
 }
 
-// snakeCase maps a Go field name to a metric name part: ActiveCalls is
-// active_calls, and an initialism stays one word (HTTPCalls is http_calls).
-func snakeCase(s string) string {
-	r := []rune(s)
-	var b strings.Builder
-	for i, c := range r {
-		if unicode.IsUpper(c) && i > 0 {
-			prevLower := unicode.IsLower(r[i-1]) || unicode.IsDigit(r[i-1])
-			nextLower := i+1 < len(r) && unicode.IsLower(r[i+1])
-			if prevLower || (unicode.IsUpper(r[i-1]) && nextLower) {
-				b.WriteByte('_')
-			}
-		}
-		b.WriteRune(unicode.ToLower(c))
-	}
-	return b.String()
-}
-
-// writeMetrics renders families in the text exposition format.
-func writeMetrics(w io.Writer, fams []metricFamily) error {
-	var b bytes.Buffer
-	for _, f := range fams {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", f.name, escapeHelp(f.help), f.name, f.kind)
-		for _, s := range f.samples {
-			b.WriteString(f.name)
-			if len(s.labels) > 0 {
-				pairs := make([]string, len(s.labels))
-				for i, l := range s.labels {
-					pairs[i] = l.name + `="` + escapeLabel(l.value) + `"`
-				}
-				b.WriteString("{" + strings.Join(pairs, ",") + "}")
-			}
-			b.WriteString(" " + s.value + "\n")
+// constHistogram converts a router histogram (per-bucket counts, bounds as
+// durations) to Prometheus's (cumulative counts, bounds in seconds).
+func constHistogram(desc *prometheus.Desc, h router.Histogram) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(h.Buckets))
+	var cum uint64
+	for _, b := range h.Buckets {
+		cum += b.Count
+		if b.UpperBound >= 0 {
+			buckets[b.UpperBound.Seconds()] = cum
 		}
 	}
-	_, err := w.Write(b.Bytes())
-	return err
+	return prometheus.MustNewConstHistogram(desc, h.Count, h.Sum.Seconds(), buckets)
 }
 
-func escapeHelp(s string) string {
-	return helpEscaper.Replace(s)
+// metricsHandler serves one router's /metrics.
+func metricsHandler(r *router.Router, labelCap int, logger *slog.Logger) http.Handler {
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(newRouterCollector(r.RouterID().String(), r.StoreID().String(), r.Stats, r.Details, labelCap))
+	return registryHandler(reg, logger)
 }
 
-func escapeLabel(s string) string {
-	return labelEscaper.Replace(s)
+func registryHandler(reg *prometheus.Registry, logger *slog.Logger) http.Handler {
+	opts := promhttp.HandlerOpts{}
+	if logger != nil {
+		opts.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
+	}
+	return promhttp.HandlerFor(reg, opts)
 }
 
 // metricsServer serves /metrics, /details (router.Details as JSON) and
@@ -248,15 +363,9 @@ type metricsServer struct {
 // serveMetrics serves the router's figures on ln, which serve binds before
 // it creates the router: a taken port then fails the start before anything
 // exists to clean up.
-func serveMetrics(ln net.Listener, r *router.Router, logger *slog.Logger) *metricsServer {
-	routerID, storeID := r.RouterID().String(), r.StoreID().String()
+func serveMetrics(ln net.Listener, r *router.Router, labelCap int, logger *slog.Logger) *metricsServer {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", metricsContentType)
-		if err := writeMetrics(w, statsFamilies(r.Stats(), routerID, storeID)); err != nil {
-			logger.Debug("metrics write failed", "err", err)
-		}
-	})
+	mux.Handle("/metrics", metricsHandler(r, labelCap, logger))
 	mux.HandleFunc("/details", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		if err := json.NewEncoder(w).Encode(r.Details()); err != nil {

@@ -2,10 +2,16 @@ package main
 
 import (
 	"bytes"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flybus/flybus/router"
 	"github.com/flybus/flybus/wire"
@@ -18,43 +24,63 @@ func filledStats() router.Stats {
 	v := reflect.ValueOf(&s).Elem()
 	for i := range v.NumField() {
 		switch f := v.Field(i); f.Kind() {
-		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		case reflect.Int, reflect.Int64:
 			f.SetInt(int64(i + 1))
-		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		case reflect.Uint64:
 			f.SetUint(uint64(i + 1))
-		case reflect.Float32, reflect.Float64:
-			f.SetFloat(float64(i + 1))
 		}
 	}
 	s.Refusals = map[string]uint64{"NO_SERVICE": 3, "BACKPRESSURE": 12}
 	return s
 }
 
-func render(t *testing.T, s router.Stats) string {
+func testCollector(s router.Stats, d router.Details, labelCap int) *routerCollector {
+	return newRouterCollector("router-00000000000000ab", "store-00000000000000ab",
+		func() router.Stats { return s }, func() router.Details { return d }, labelCap)
+}
+
+// render serves c through the same handler path serve uses and returns
+// the text exposition.
+func render(t *testing.T, c prometheus.Collector) string {
 	t.Helper()
-	var b bytes.Buffer
-	if err := writeMetrics(&b, statsFamilies(s, "router-00000000000000ab", "store-00000000000000ab")); err != nil {
-		t.Fatal(err)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Fatalf("lint: %v %+v", err, problems)
 	}
-	return b.String()
+	rec := httptest.NewRecorder()
+	registryHandler(reg, nil).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	return rec.Body.String()
 }
 
 func TestMetricsRenderEveryStatsField(t *testing.T) {
-	out := render(t, filledStats())
+	out := render(t, testCollector(filledStats(), router.Details{}, defaultLabelCap))
+	listed := map[string]statMetric{}
+	for _, m := range statMetrics {
+		listed[m.field] = m
+	}
 	typ := reflect.TypeFor[router.Stats]()
 	for i := range typ.NumField() {
 		f := typ.Field(i)
-		if f.Type.Kind() == reflect.Map {
+		if f.Name == "Refusals" {
 			continue // checked below
 		}
-		name := "flybus_" + snakeCase(f.Name)
+		m, ok := listed[f.Name]
+		if !ok {
+			t.Errorf("router.Stats.%s is not exported: add it to statMetrics", f.Name)
+			continue
+		}
+		name := "flybus_" + m.name
 		kind := "gauge"
-		isUnsigned := f.Type.Kind() >= reflect.Uint && f.Type.Kind() <= reflect.Uint64
+		isUnsigned := f.Type.Kind() == reflect.Uint64
 		if isUnsigned && !strings.HasSuffix(f.Name, "Bytes") {
-			kind = "counter"
-			if !strings.HasSuffix(name, "_total") {
-				name += "_total"
-			}
+			kind = "counter" // what has happened; sizes held now stay gauges
+		}
+		if m.counter != (kind == "counter") || m.counter != strings.HasSuffix(name, "_total") {
+			t.Errorf("%s: %s is a counter: %v; counters, and only counters, end in _total", f.Name, name, m.counter)
 		}
 		for _, line := range []string{
 			"# TYPE " + name + " " + kind + "\n",
@@ -63,9 +89,6 @@ func TestMetricsRenderEveryStatsField(t *testing.T) {
 			if !strings.Contains(out, line) {
 				t.Errorf("field %s: no line %q", f.Name, strings.TrimSpace(line))
 			}
-		}
-		if _, ok := metricHelp[f.Name]; !ok {
-			t.Logf("field %s has only the generic help text", f.Name)
 		}
 	}
 	for _, line := range []string{
@@ -86,73 +109,125 @@ func TestMetricsRenderEveryStatsField(t *testing.T) {
 	}
 }
 
-func TestMetricsRenderFormat(t *testing.T) {
-	out := render(t, router.Stats{Connections: 2, CallsTotal: 7})
-	// Each family is HELP, TYPE, then its samples; names are unique.
-	seen := map[string]bool{}
-	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-	for i := 0; i < len(lines); {
-		help, typ := lines[i], lines[i+1]
-		if !strings.HasPrefix(help, "# HELP flybus_") || !strings.HasPrefix(typ, "# TYPE flybus_") {
-			t.Fatalf("line %d: family starts %q / %q", i, help, typ)
-		}
-		name := strings.Fields(typ)[2]
-		if strings.Fields(help)[2] != name || seen[name] {
-			t.Fatalf("family %s: HELP for %s, or repeated", name, strings.Fields(help)[2])
-		}
-		seen[name] = true
-		if kind := strings.Fields(typ)[3]; kind == "counter" != strings.HasSuffix(name, "_total") {
-			t.Errorf("%s is a %s: counters, and only counters, end in _total", name, kind)
-		}
-		for i += 2; i < len(lines) && !strings.HasPrefix(lines[i], "#"); i++ {
-			if !strings.HasPrefix(lines[i], name+" ") && !strings.HasPrefix(lines[i], name+"{") {
-				t.Errorf("sample %q under family %s", lines[i], name)
-			}
+// sampleValue finds one sample line's value by its name and label text.
+func sampleValue(t *testing.T, out, series string) string {
+	t.Helper()
+	for _, l := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(l, series+" "); ok {
+			return v
 		}
 	}
-	for _, line := range []string{"flybus_connections 2", "flybus_calls_total 7", "flybus_store_bytes 0"} {
-		if !strings.Contains(out, "\n"+line+"\n") {
-			t.Errorf("no line %q", line)
+	t.Errorf("no sample %s", series)
+	return ""
+}
+
+// Each topic, subscription, service and client has labelled series; past
+// the cap the rest are summed under (other), and two connections of one
+// client id share their client's series.
+func TestMetricsPerEntityWithCap(t *testing.T) {
+	d := router.Details{
+		Topics: []router.TopicDetail{
+			{Name: "a", Publications: 10, LastSequence: 10, Subscribers: 2, RetainedBytes: 100},
+			{Name: "b", Publications: 20, Subscribers: 1},
+			{Name: "c", Publications: 5}, {Name: "d", Publications: 7, RetainedBytes: 3},
+		},
+		Subscriptions: []router.SubscriptionDetail{
+			{ID: "sub-1", Client: "cam", Topic: "a", Queued: 1, InFlight: 2, Delivered: 9, Coalesced: 4, OldestQueuedAge: 1500 * time.Millisecond},
+			{ID: "sub-2", Client: "viewer", Topic: "d", Delivered: 3, RefusedPublications: 6},
+			{ID: "sub-3", Client: "late", Topic: "a", Delivered: 1},
+			{ID: "sub-4", Client: "late", Topic: "b", Delivered: 2, Queued: 5},
+		},
+		Services: []router.ServiceDetail{{Name: "svc", Queued: 3, InFlight: 1, Calls: 40, FailedCalls: 2}},
+		Clients: []router.ClientDetail{
+			{ID: "cam", Owners: 7, OwnerBudget: 8, BytesWritten: 100, FramesRead: 4},
+			{ID: "cam", Owners: 1, OwnerBudget: 8, BytesWritten: 50, FramesRead: 1}, // a second connection of cam
+			{ID: "late", Owners: 2, OwnerBudget: 8},
+			{ID: "viewer", Owners: 3, OwnerBudget: 8, ControlDepth: 9},
+		},
+	}
+	out := render(t, testCollector(router.Stats{}, d, 2))
+	for series, want := range map[string]string{
+		`flybus_topic_publications_total{topic="a"}`:       "10",
+		`flybus_topic_publications_total{topic="b"}`:       "20",
+		`flybus_topic_publications_total{topic="(other)"}`: "12",
+		`flybus_topic_retained_bytes{topic="(other)"}`:     "3",
+		`flybus_topic_subscribers{topic="a"}`:              "2",
+		`flybus_topic_last_sequence{topic="a"}`:            "10",
+		// sub-2's topic d and client viewer are past their caps.
+		`flybus_subscription_delivered_total{client="cam",subscription="sub-1",topic="a"}`:                      "9",
+		`flybus_subscription_coalesced_total{client="cam",subscription="sub-1",topic="a"}`:                      "4",
+		`flybus_subscription_in_flight{client="cam",subscription="sub-1",topic="a"}`:                            "2",
+		`flybus_subscription_queued{client="cam",subscription="sub-1",topic="a"}`:                               "1",
+		`flybus_subscription_oldest_queued_age_seconds{client="cam",subscription="sub-1",topic="a"}`:            "1.5",
+		`flybus_subscription_refused_publications_total{client="(other)",subscription="sub-2",topic="(other)"}`: "6",
+		`flybus_subscription_delivered_total{client="(other)",subscription="(other)",topic="(other)"}`:          "3",
+		`flybus_subscription_queued{client="(other)",subscription="(other)",topic="(other)"}`:                   "5",
+		`flybus_service_queued{service="svc"}`:                                                                  "3",
+		`flybus_service_in_flight{service="svc"}`:                                                               "1",
+		`flybus_service_calls_total{service="svc"}`:                                                             "40",
+		`flybus_service_failed_calls_total{service="svc"}`:                                                      "2",
+		`flybus_client_owners{client="cam"}`:                                                                    "8",
+		`flybus_client_written_bytes_total{client="cam"}`:                                                       "150",
+		`flybus_client_read_frames_total{client="cam"}`:                                                         "5",
+		`flybus_client_owners{client="late"}`:                                                                   "2",
+		`flybus_client_owners{client="(other)"}`:                                                                "3",
+		`flybus_client_control_depth{client="(other)"}`:                                                         "9",
+		`flybus_owner_budget`: "8",
+	} {
+		if got := sampleValue(t, out, series); got != want {
+			t.Errorf("%s = %q, want %s", series, got, want)
+		}
+	}
+	if n := strings.Count(out, "\nflybus_topic_publications_total{"); n != 3 {
+		t.Errorf("%d topic series, want the cap (2) and (other)", n)
+	}
+}
+
+// The router's histograms become Prometheus histograms: cumulative counts
+// under bounds in seconds, and the unbounded bucket only in +Inf.
+func TestMetricsLatencyHistograms(t *testing.T) {
+	adm := router.Histogram{Count: 6, Sum: 3 * time.Millisecond, Buckets: make([]router.HistogramBucket, 22)}
+	for i := range adm.Buckets {
+		adm.Buckets[i].UpperBound = router.BucketBound(i)
+	}
+	adm.Buckets[0].Count, adm.Buckets[3].Count, adm.Buckets[21].Count = 2, 3, 1
+	out := render(t, testCollector(router.Stats{}, router.Details{Latencies: router.Latencies{Admission: adm}}, 1))
+	for series, want := range map[string]string{
+		`flybus_admission_seconds_bucket{le="1e-06"}`:    "2",
+		`flybus_admission_seconds_bucket{le="4e-06"}`:    "2",
+		`flybus_admission_seconds_bucket{le="8e-06"}`:    "5",
+		`flybus_admission_seconds_bucket{le="1.048576"}`: "5",
+		`flybus_admission_seconds_bucket{le="+Inf"}`:     "6",
+		`flybus_admission_seconds_count`:                 "6",
+		`flybus_admission_seconds_sum`:                   "0.003",
+		`flybus_lane_wait_seconds_count`:                 "0",
+	} {
+		if got := sampleValue(t, out, series); got != want {
+			t.Errorf("%s = %q, want %s", series, got, want)
 		}
 	}
 }
 
-func TestMetricsLabelEscaping(t *testing.T) {
-	var b bytes.Buffer
-	fam := metricFamily{name: "flybus_x_total", help: "a \\ b\nc", kind: "counter",
-		samples: []sample{{labels: []label{{"code", "a\"b\\c\nd"}}, value: "1"}}}
-	if err := writeMetrics(&b, []metricFamily{fam}); err != nil {
+// A real router's endpoint: a scrape takes its figures as they stand.
+func TestMetricsEndpointOfARouter(t *testing.T) {
+	r, err := router.New(router.Config{Policy: router.OpenPolicy()})
+	if err != nil {
 		t.Fatal(err)
 	}
-	want := "# HELP flybus_x_total a \\\\ b\\nc\n# TYPE flybus_x_total counter\nflybus_x_total{code=\"a\\\"b\\\\c\\nd\"} 1\n"
-	if b.String() != want {
-		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
-	}
-	// The stats parser reads back what the renderer escaped.
-	samples, err := parseMetricsText(&b)
-	if err != nil || len(samples) != 1 || samples[0].labels[0].value != "a\"b\\c\nd" {
-		t.Fatalf("parsed %+v, %v", samples, err)
-	}
-}
-
-func TestSnakeCase(t *testing.T) {
-	for in, want := range map[string]string{
-		"Connections": "connections", "ActiveCalls": "active_calls", "ConnectionsTotal": "connections_total",
-		"HTTPCalls": "http_calls", "PoolHits": "pool_hits", "Seals2Go": "seals2_go", "ID": "id",
-	} {
-		if got := snakeCase(in); got != want {
-			t.Errorf("snakeCase(%q) = %q, want %q", in, got, want)
-		}
+	defer r.Shutdown(t.Context())
+	rec := httptest.NewRecorder()
+	metricsHandler(r, defaultLabelCap, nil).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	out := rec.Body.String()
+	if rec.Code != http.StatusOK || !strings.Contains(out, "flybus_router_info{router_id=\""+r.RouterID().String()) ||
+		!strings.Contains(out, "\nflybus_connections 0\n") || !strings.Contains(out, "# TYPE flybus_lane_wait_seconds histogram") {
+		t.Fatalf("status %d:\n%s", rec.Code, out)
 	}
 }
 
 func TestStatsTable(t *testing.T) {
-	var metrics bytes.Buffer
 	s := router.Stats{Connections: 3, CallsTotal: 12345, Refusals: map[string]uint64{"NO_SERVICE": 2, "CONFLICT": 1}}
-	if err := writeMetrics(&metrics, statsFamilies(s, "router-00000000000000ab", "store-00000000000000ab")); err != nil {
-		t.Fatal(err)
-	}
-	samples, err := parseMetricsText(&metrics)
+	d := router.Details{Topics: []router.TopicDetail{{Name: "frames", Publications: 4}}}
+	samples, err := parseMetricsText(strings.NewReader(render(t, testCollector(s, d, defaultLabelCap))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +247,7 @@ func TestStatsTable(t *testing.T) {
 			t.Errorf("row %q is not %d wide", l, width)
 		}
 	}
-	for _, want := range []string{"connections", "calls_total", "refusals_total", "  CONFLICT", "  NO_SERVICE"} {
+	for _, want := range []string{"connections", "calls_total", "refusals_total", "  CONFLICT", "  NO_SERVICE", "admission_seconds_count"} {
 		found := false
 		for _, l := range lines[2:] {
 			f := strings.Fields(l)
@@ -192,9 +267,12 @@ func TestStatsTable(t *testing.T) {
 			t.Errorf("no correct row for %s:\n%s", want, text)
 		}
 	}
-	// The refusals follow their total, and zero codes are left out.
-	if !strings.Contains(text, "refusals_total") || strings.Contains(text, "BACKPRESSURE") {
-		t.Errorf("refusals not grouped:\n%s", text)
+	// The refusals follow their total, and zero codes are left out; the
+	// per-entity series and histogram buckets are top's, not the table's.
+	for _, absent := range []string{"BACKPRESSURE", "topic_publications", "_bucket"} {
+		if strings.Contains(text, absent) {
+			t.Errorf("%s in the table:\n%s", absent, text)
+		}
 	}
 	i := strings.Index(text, "refusals_total")
 	if !strings.Contains(text[i:], "  CONFLICT") || !strings.Contains(text[i:], "  NO_SERVICE") {
@@ -202,10 +280,49 @@ func TestStatsTable(t *testing.T) {
 	}
 }
 
-func TestParseMetricsTextRefusesGarbage(t *testing.T) {
+func TestParseMetricsText(t *testing.T) {
+	samples, err := parseMetricsText(strings.NewReader("# HELP x y\nx_total{code=\"a\\\"b\\\\c\\nd\",k=\"v\"} 1 1700000000\n"))
+	if err != nil || len(samples) != 1 || samples[0].name != "x_total" || samples[0].labels[0].value != "a\"b\\c\nd" ||
+		samples[0].labels[1] != (label{"k", "v"}) || samples[0].value != "1" {
+		t.Fatalf("parsed %+v, %v", samples, err)
+	}
 	for _, doc := range []string{"novalue\n", `x{code="a} 1` + "\n", `x{code} 1` + "\n", `x{code="a"}` + "\n"} {
 		if s, err := parseMetricsText(strings.NewReader(doc)); err == nil {
 			t.Errorf("%q parsed as %+v", doc, s)
 		}
 	}
+}
+
+// BenchmarkMetricsScrape is one /metrics scrape of a busy router's figures
+// (the sizes of router's BenchmarkDetails: 16 topics, 128 subscriptions, 8
+// services, 64 clients), from the collector to the encoded text; taking
+// the Details snapshot itself is router's BenchmarkDetails.
+func BenchmarkMetricsScrape(b *testing.B) {
+	var d router.Details
+	for i := range 16 {
+		d.Topics = append(d.Topics, router.TopicDetail{Name: "topic" + strconv.Itoa(i), Publications: 1e6, Subscribers: 8})
+	}
+	for i := range 64 {
+		id := "client" + strconv.Itoa(i)
+		d.Clients = append(d.Clients, router.ClientDetail{ID: id, Owners: 3, OwnerBudget: 1024, BytesWritten: 1 << 30})
+		for j := range 2 {
+			d.Subscriptions = append(d.Subscriptions, router.SubscriptionDetail{ID: "sub-" + strconv.Itoa(2*i+j), Client: id,
+				Topic: "topic" + strconv.Itoa((i+j)%16), Mode: "latest", Delivered: 1e6})
+		}
+		if i < 8 {
+			d.Services = append(d.Services, router.ServiceDetail{Name: "svc" + strconv.Itoa(i), Calls: 1e5})
+		}
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(testCollector(filledStats(), d, defaultLabelCap))
+	h := registryHandler(reg, nil)
+	req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	var n int
+	b.ReportAllocs()
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		n = rec.Body.Len()
+	}
+	b.ReportMetric(float64(n), "bytes/scrape")
 }

@@ -42,6 +42,7 @@ func serveFlags(o *serveOptions) *flag.FlagSet {
 	durationVar(set, &o.shutdown, "shutdown-timeout", 10*time.Second, "at shutdown, clients get `D` to go before their connections are closed")
 	set.StringVar(&o.logFormat, "log-format", "text", "`FORMAT` of the log on stderr: text or json")
 	set.StringVar(&o.metrics, "metrics", "", "serve Prometheus /metrics and /debug/pprof/ over HTTP on `ADDR`: HOST:PORT or\nhttp://HOST:PORT (\"9100\" or \":9100\" means 127.0.0.1:9100)")
+	set.IntVar(&o.metricsLabelCap, "metrics-label-cap", defaultLabelCap, "with --metrics: at most `N` topics, subscriptions, services and clients get\nseries of their own; the rest are summed under the label value (other)")
 	set.Var(&o.limits, "limit", "set one limit by its hello name, `NAME=VALUE` (repeatable), e.g. maxClients=128")
 	return set
 }
@@ -218,7 +219,7 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger, stdout io.Wr
 			"root", cfg.Store, "fsType", fmt.Sprintf("0x%x", fsType))
 	}
 	if metricsLn != nil {
-		metrics = serveMetrics(metricsLn, r, log)
+		metrics = serveMetrics(metricsLn, r, cfg.MetricsLabelCap, log)
 		log.Info("metrics listening", "addr", metrics.Addr())
 	}
 	for _, l := range cfg.Listen {

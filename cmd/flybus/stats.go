@@ -38,7 +38,7 @@ func statsFlags(o *statsOptions) *flag.FlagSet {
 }
 
 func statsUsage() string {
-	notes := "Fetches /metrics from a router started with --metrics and prints each figure,\nwith labelled counters (refusals by code) grouped under their total.\n"
+	notes := "Fetches /metrics from a router started with --metrics and prints each\nrouter-wide figure, refusals by code grouped under their total. The series per\ntopic, subscription, service and client are flybus top's (or --json's).\n"
 	return usageText("flybus stats --metrics ADDR [--json] [--timeout D]",
 		"Print a running router's figures from its metrics endpoint.", statsFlags(&statsOptions{}), notes,
 		walkExample("stats"))
@@ -139,6 +139,8 @@ func fetchMetrics(ctx context.Context, url string) ([]parsedSample, error) {
 	return parseMetricsText(resp.Body)
 }
 
+type label struct{ name, value string }
+
 // parsedSample is one sample line of the text exposition format.
 type parsedSample struct {
 	name   string
@@ -238,13 +240,15 @@ func writeStatsTable(w io.Writer, samples []parsedSample) error {
 				fmt.Fprintf(w, "%s %s\n", strings.TrimSuffix(l.name, "_id"), l.value)
 			}
 			i++
+		case perEntity(s):
+			i++ // flybus top shows these
 		case len(s.labels) == 0:
 			rows = append(rows, [2]string{displayName(s.name), s.value})
 			i++
 		default:
 			j := i
 			var total float64
-			for j < len(samples) && samples[j].name == s.name {
+			for j < len(samples) && samples[j].name == s.name && !perEntity(samples[j]) {
 				v, _ := strconv.ParseFloat(samples[j].value, 64)
 				total += v
 				j++
@@ -267,6 +271,22 @@ func writeStatsTable(w io.Writer, samples []parsedSample) error {
 		fmt.Fprintf(bw, "%-*s  %*s\n", nameW, r[0], valueW, r[1])
 	}
 	return bw.Flush()
+}
+
+// perEntity reports whether a sample belongs to a topic, subscription,
+// service or client, or is a histogram bucket: figures the table leaves to
+// flybus top, so that it stays one screen however busy the router is.
+func perEntity(s parsedSample) bool {
+	if strings.HasSuffix(s.name, "_bucket") {
+		return true
+	}
+	for _, l := range s.labels {
+		switch l.name {
+		case "topic", "subscription", "service", "client":
+			return true
+		}
+	}
+	return false
 }
 
 func displayName(metric string) string { return strings.TrimPrefix(metric, "flybus_") }

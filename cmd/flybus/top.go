@@ -80,7 +80,7 @@ func runTop(c *command, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "flybus top: %v\n", err)
 			return exitFailure
 		}
-		writeTop(stdout, addr, cur, cur.RatesSince(prev), o.rows)
+		writeTop(stdout, addr, cur, prev, o.rows)
 		return exitOK
 	}
 	return liveTop(stdout, stderr, addr, prev, fetch, o)
@@ -120,7 +120,7 @@ func liveTop(stdout, stderr io.Writer, addr string, prev router.Details, fetch f
 		if err != nil {
 			fmt.Fprintf(&b, "flybus top %s: %v (retrying every %v)\n", addr, err, o.interval)
 		} else {
-			writeTop(&b, addr, cur, cur.RatesSince(prev), o.rows)
+			writeTop(&b, addr, cur, prev, o.rows)
 			prev = cur
 		}
 		switch {
@@ -137,7 +137,8 @@ func liveTop(stdout, stderr io.Writer, addr string, prev router.Details, fetch f
 }
 
 // writeTop renders one view: a header, then the four tables.
-func writeTop(w io.Writer, addr string, d router.Details, r router.Rates, rows int) {
+func writeTop(w io.Writer, addr string, d, prev router.Details, rows int) {
+	r := d.RatesSince(prev)
 	st := d.Store
 	store := fmt.Sprintf("files %d", st.Files)
 	if st.Mode == "pool" {
@@ -145,6 +146,8 @@ func writeTop(w io.Writer, addr string, d router.Details, r router.Rates, rows i
 	}
 	fmt.Fprintf(w, "flybus top  %s  %s  rates over %.1fs  store %s: %s, %s reserved, seals %d lease / %d copy\n",
 		addr, d.Taken.Format("15:04:05"), r.Interval.Seconds(), st.Mode, store, bytesText(st.Bytes), st.LeaseSeals, st.CopySeals)
+	adm, lane := d.Latencies.Admission.Since(prev.Latencies.Admission), d.Latencies.LaneWait.Since(prev.Latencies.LaneWait)
+	fmt.Fprintf(w, "latency (bucket bounds)  admission %s  lane wait %s\n", quantiles(adm), quantiles(lane))
 
 	topics := slices.Clone(d.Topics)
 	slices.SortStableFunc(topics, func(a, b router.TopicDetail) int {
@@ -214,6 +217,15 @@ func bytesText(n uint64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// quantiles names a distribution by its median and 99th percentile, each
+// as its bucket's upper bound ("-" when nothing was timed).
+func quantiles(h router.Histogram) string {
+	if h.Count == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("p50 <=%v p99 <=%v (%d)", h.Quantile(0.5), h.Quantile(0.99), h.Count)
 }
 
 func ageText(d time.Duration) string {
