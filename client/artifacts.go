@@ -17,8 +17,7 @@ import (
 // artifacts extracted from it, their clones and views. The last handle to
 // let go releases the owner, once.
 type guard struct {
-	mu      sync.Mutex
-	refs    int
+	refCount
 	owner   wire.OwnerID
 	release func()
 	// opened are the read locations asked for when the delivery arrived
@@ -45,28 +44,39 @@ func (g *guard) openedFor(ref wire.ArtifactRef) *openedAhead {
 }
 
 func newGuard(owner wire.OwnerID, release func()) *guard {
-	return &guard{refs: 1, owner: owner, release: release}
-}
-
-// add takes another reference; false when the guard is already released.
-func (g *guard) add() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.refs == 0 {
-		return false
-	}
-	g.refs++
-	return true
+	return &guard{refCount: refCount{refs: 1}, owner: owner, release: release}
 }
 
 func (g *guard) drop() {
-	g.mu.Lock()
-	g.refs--
-	last := g.refs == 0
-	g.mu.Unlock()
-	if last {
+	if g.dropRef() {
 		g.release()
 	}
+}
+
+// refCount counts the local handles sharing one thing (a guard's owner, a
+// call's right to reply); once the count reaches zero it stays there.
+type refCount struct {
+	mu   sync.Mutex // also guards what the embedding type says it does
+	refs int
+}
+
+// add takes another reference; false once the last one has gone.
+func (r *refCount) add() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.refs == 0 {
+		return false
+	}
+	r.refs++
+	return true
+}
+
+// dropRef lets one reference go and reports whether it was the last.
+func (r *refCount) dropRef() (last bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refs--
+	return r.refs == 0
 }
 
 func (c *Client) holdGuard(h wire.OwnerID) *guard {

@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"sync/atomic"
 
+	json "github.com/goccy/go-json"
+
 	"github.com/flybus/flybus/wire"
 )
 
@@ -183,6 +185,15 @@ func (d *delivered) live() error {
 		return closedHandle(d.what)
 	}
 	return nil
+}
+
+// decode unmarshals the handle's JSON (payload or outcome) into v while
+// the handle is open.
+func (d *delivered) decode(raw wire.RawJSON, v any) error {
+	if err := d.live(); err != nil {
+		return err
+	}
+	return json.Unmarshal(raw, v)
 }
 
 // close drops the share once; false if it was already closed.

@@ -5,8 +5,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	json "github.com/goccy/go-json"
-
 	"github.com/flybus/flybus/wire"
 )
 
@@ -214,10 +212,7 @@ type Message struct {
 
 // Decode unmarshals the payload into v.
 func (m *Message) Decode(v any) error {
-	if err := m.d.live(); err != nil {
-		return err
-	}
-	return json.Unmarshal(m.Payload, v)
+	return m.d.decode(m.Payload, v)
 }
 
 // Artifact extracts a named attachment. It shares the message's delivery:

@@ -140,7 +140,7 @@ func (c *Client) onRequest(r *wire.Request, arts attachSet) error {
 	s := c.services[r.Target]
 	c.mu.Unlock()
 	g := c.deliveryGuard(r.DeliveryID, arts)
-	rc := &replyCap{c: c, callID: r.CallID, deliveryID: r.DeliveryID, refs: 1}
+	rc := &replyCap{c: c, callID: r.CallID, deliveryID: r.DeliveryID, refCount: refCount{refs: 1}}
 	req := &Request{c: c, Method: r.Method, Payload: r.Payload.Clone(), Caller: r.Caller,
 		CallID: r.CallID, DeliveryID: r.DeliveryID, ServiceIncarnation: r.ServiceIncarnation,
 		d: delivered{what: "request", g: g}, arts: arts, rc: rc}
@@ -175,38 +175,26 @@ type replyCap struct {
 	callID     wire.CallID
 	deliveryID wire.DeliveryID
 
-	mu      sync.Mutex
-	refs    int
-	replied bool
-}
-
-// add takes another reference; false once the capability is released.
-func (rc *replyCap) add() bool {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	if rc.refs == 0 {
-		return false
-	}
-	rc.refs++
-	return true
+	refCount // its mu guards replied too
+	replied  bool
 }
 
 func (rc *replyCap) drop() {
+	if !rc.dropRef() {
+		return
+	}
+	// No handle is left that could reply now: replied is final.
 	rc.mu.Lock()
-	rc.refs--
-	release := rc.refs == 0 && !rc.replied
+	replied := rc.replied
 	rc.mu.Unlock()
-	if release {
+	if !replied {
 		rc.c.fireAndForget(wire.OpRPCResponderRelease, &wire.ResponderRelease{CallID: rc.callID, RequestDeliveryID: rc.deliveryID})
 	}
 }
 
 // Decode unmarshals the payload into v.
 func (r *Request) Decode(v any) error {
-	if err := r.d.live(); err != nil {
-		return err
-	}
-	return json.Unmarshal(r.Payload, v)
+	return r.d.decode(r.Payload, v)
 }
 
 // Artifact extracts a named attachment. It shares the request's delivery:
@@ -311,10 +299,7 @@ type Result struct {
 
 // Decode unmarshals the outcome into v.
 func (r *Result) Decode(v any) error {
-	if err := r.d.live(); err != nil {
-		return err
-	}
-	return json.Unmarshal(r.Outcome, v)
+	return r.d.decode(r.Outcome, v)
 }
 
 // Artifact extracts a named attachment sharing the result's delivery.

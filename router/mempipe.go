@@ -282,22 +282,21 @@ func (b *memBuffer) closeWriter() {
 }
 
 func (b *memBuffer) setReadDeadline(t time.Time) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.rclosed {
-		return memOpError("set", net.ErrClosed)
-	}
-	b.setDeadline(&b.rdl, &b.readable, t)
-	return nil
+	return b.setEndDeadline(&b.rclosed, &b.rdl, &b.readable, t)
 }
 
 func (b *memBuffer) setWriteDeadline(t time.Time) error {
+	return b.setEndDeadline(&b.wclosed, &b.wdl, &b.writable, t)
+}
+
+// setEndDeadline sets one end's deadline unless that end is closed.
+func (b *memBuffer) setEndDeadline(closed *bool, dl *memDeadline, c *sync.Cond, t time.Time) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.wclosed {
+	if *closed {
 		return memOpError("set", net.ErrClosed)
 	}
-	b.setDeadline(&b.wdl, &b.writable, t)
+	b.setDeadline(dl, c, t)
 	return nil
 }
 

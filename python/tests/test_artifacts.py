@@ -34,14 +34,18 @@ class ArtifactTests:
             w.write_at(data[100:], 100)
             return w.seal(digest=hashlib.sha256(data).hexdigest() if digest else None)
 
+    def publish_frame(self, prod, topic, data, payload=None):
+        """Publishes data as the artifact "frame" of one message on topic."""
+        with self.produce(prod, data) as a:
+            prod.publish(topic, payload or {}, attachments={"frame": a})
+
     def test_a_python_frame_read_through_a_python_view(self):
         prod, cons = self.client("py-prod"), self.client("py-cons")
         prod.declare_topic("py.frames")
         data = os.urandom(640 * 480 * 4)
         with cons.subscribe("py.frames", mode="bounded") as sub:
             for i in range(3):
-                with self.produce(prod, data) as a:
-                    prod.publish("py.frames", {"i": i}, attachments={"frame": a})
+                self.publish_frame(prod, "py.frames", data, {"i": i})
                 with sub.next(timeout=10) as m:
                     art = m.artifact("frame")
                 with art:
@@ -55,8 +59,7 @@ class ArtifactTests:
         prod.declare_topic("py.keep")
         data = os.urandom(8192)
         with cons.subscribe("py.keep", mode="bounded") as sub:
-            with self.produce(prod, data) as a:
-                prod.publish("py.keep", {}, attachments={"frame": a})
+            self.publish_frame(prod, "py.keep", data)
             m = sub.next(timeout=10)
             art = m.artifact("frame")
             m.close()
@@ -64,8 +67,7 @@ class ArtifactTests:
             with self.assertRaises(ValueError):
                 art.view().__enter__()
         with cons.subscribe("py.keep", mode="bounded") as sub:
-            with self.produce(prod, data) as a:
-                prod.publish("py.keep", {}, attachments={"frame": a})
+            self.publish_frame(prod, "py.keep", data)
             with sub.next(timeout=10) as m, m.artifact("frame") as art:
                 v = art.view()
                 mv = v.__enter__()
@@ -97,8 +99,7 @@ class ArtifactTests:
         frames = [os.urandom(64 * 1024) for _ in range(12)]
         with cons.subscribe("py.slots", mode="bounded") as sub, per_view.subscribe("py.slots", mode="bounded") as own:
             for data in frames:
-                with self.produce(prod, data) as a:
-                    prod.publish("py.slots", {}, attachments={"frame": a})
+                self.publish_frame(prod, "py.slots", data)
                 for s in (sub, own):
                     with s.next(timeout=10) as m, m.artifact("frame") as art, art.view() as mv:
                         self.assertEqual(hashlib.sha256(mv).digest(), hashlib.sha256(data).digest())
@@ -123,8 +124,7 @@ class ArtifactTests:
                    lambda mv: pickle.PickleBuffer(mv), lambda mv: mv.cast("I")]
         with cons.subscribe("py.keep-all", mode="bounded") as sub:
             for keep in keepers:
-                with self.produce(prod, data) as a:
-                    prod.publish("py.keep-all", {}, attachments={"frame": a})
+                self.publish_frame(prod, "py.keep-all", data)
                 with sub.next(timeout=10) as m, m.artifact("frame") as art:
                     v = art.view()
                     kept = keep(v.__enter__())
@@ -141,8 +141,7 @@ class ArtifactTests:
         prod.declare_topic("py.forget")
         data = os.urandom(8192)
         with cons.subscribe("py.forget", mode="bounded") as sub:
-            with self.produce(prod, data) as a:
-                prod.publish("py.forget", {}, attachments={"frame": a})
+            self.publish_frame(prod, "py.forget", data)
             with sub.next(timeout=10) as m:
                 art = m.artifact("frame")
             v = art.view()
@@ -195,8 +194,7 @@ class ArtifactTests:
         prod = self.client("py-to-go")
         prod.declare_topic("py.to-go", retained="latest")
         data = os.urandom(50_000)
-        with self.produce(prod, data) as a:
-            prod.publish("py.to-go", {"from": "python"}, attachments={"frame": a})
+        self.publish_frame(prod, "py.to-go", data, {"from": "python"})
         with tempfile.TemporaryDirectory() as d:
             out = self.router.tool("sub", self.router.socket, "py.to-go", "--replay", "--count", "1",
                                    "--save-artifacts", d, "--store", self.router.store)

@@ -45,6 +45,16 @@ def _leaked(client, what, release):
     release()
 
 
+class Closing:
+    """A handle that is its own context manager: leaving the block closes it."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 class _Guard:
     """One owner on the router (a delivery or a hold) shared by handles; the
     last handle to let go releases it."""
@@ -91,7 +101,7 @@ def _open_beneath(root, store_id, rel_path, flags):
     return f
 
 
-class ArtifactWriter:
+class ArtifactWriter(Closing):
     """A staging file being filled. Seal it, or leave its context (or close
     it) to abandon it."""
 
@@ -111,12 +121,6 @@ class ArtifactWriter:
         fd, owner = self._fd, self.owner
         self._net = watch(client, self, "ArtifactWriter",
                           lambda: (os.close(fd), client._fire("artifact.release", {"ownerIds": [owner]})))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def _live(self):
         if self._done:
@@ -179,7 +183,7 @@ class ArtifactWriter:
         self._client._fire("artifact.release", {"ownerIds": [self.owner]})
 
 
-class Artifact:
+class Artifact(Closing):
     """A read-only handle on an immutable artifact."""
 
     def __init__(self, client, ref, guard):
@@ -194,12 +198,6 @@ class Artifact:
     @property
     def size(self):
         return int(self.ref["byteLength"])
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def close(self):
         if not self._closed:

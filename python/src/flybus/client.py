@@ -16,7 +16,7 @@ import socket
 import threading
 
 from . import _slots, _wire
-from .artifacts import Artifact, ArtifactWriter, _Guard, watch
+from .artifacts import Artifact, ArtifactWriter, Closing, _Guard, watch
 from ._contract import CONTRACT_DIGEST
 from .errors import BusError, ClosedError, FlybusError, ProtocolError, SubscriptionClosed
 
@@ -85,7 +85,7 @@ def connect(path, client_id, store_root=None, client_incarnation=None, timeout=_
     return Client(sock, client_id, store_root, client_incarnation, timeout, map_per_view)
 
 
-class Client:
+class Client(Closing):
     """A connection to a router. Use it as a context manager, or close it."""
 
     def __init__(self, sock, client_id, store_root, client_incarnation, timeout, map_per_view=False):
@@ -142,12 +142,6 @@ class Client:
         self._thread.start()
 
     # ---- lifetime ----------------------------------------------------
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def close(self, timeout=5.0):
         """Shuts the write side and waits (up to timeout) until the router has
@@ -307,17 +301,9 @@ class Client:
             if orphan is not None:
                 orphan(w.value, w.error)
         elif op == "topic.message":
-            with self._lock:
-                s = self._subs.get(body["subscriptionId"])
-            m = Message(self, body, env["attachments"])
-            if s is None or not s._queue.push(m):
-                m.close()
+            self._queue_delivery(self._subs, body["subscriptionId"], Message(self, body, env["attachments"]))
         elif op == "rpc.request":
-            with self._lock:
-                s = self._services.get(body["target"])
-            r = Request(self, body, env["attachments"])
-            if s is None or not s._queue.push(r):
-                r.close()
+            self._queue_delivery(self._services, body["target"], Request(self, body, env["attachments"]))
         elif op == "rpc.result":
             with self._lock:
                 p = self._calls.pop(body["callId"], None)
@@ -347,6 +333,14 @@ class Client:
                     m.close()
         elif op == "connection.closing":
             self._closed_code = (body["code"], body["message"])
+
+    def _queue_delivery(self, streams, key, d):
+        """Hands a delivery to its subscription or service; one that has gone
+        (or whose queue has closed) gets the delivery consumed at once."""
+        with self._lock:
+            stream = streams.get(key)
+        if stream is None or not stream._queue.push(d):
+            d.close()
 
     def _consume(self, delivery_id):
         self._fire("delivery.consumed", {"deliveryIds": [delivery_id]})
@@ -501,7 +495,7 @@ def _object(payload):
 Receipt = collections.namedtuple("Receipt", "topic_sequence subscribers replaced")
 
 
-class _Delivery:
+class _Delivery(Closing):
     """A delivery the program holds. It is consumed once this handle and
     every artifact taken from it are closed."""
 
@@ -515,12 +509,6 @@ class _Delivery:
 
     def _release_fn(self):
         return self._guard.drop
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def close(self):
         with self._lock:
@@ -558,7 +546,7 @@ class Message(_Delivery):
         self.subscription_id = body["subscriptionId"]
 
 
-class _Stream:
+class _Stream(Closing):
     """What a subscription and a service share: a queue the reader fills,
     drained by next(timeout=) or by iterating until it is closed."""
 
@@ -576,12 +564,6 @@ class _Stream:
                 yield self.next()
             except ClosedError:
                 return
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 class Subscription(_Stream):
@@ -684,7 +666,7 @@ class Request(_Delivery):
         self._guard.drop()
 
 
-class Responder:
+class Responder(Closing):
     """Replies to a request after the Request itself was closed."""
 
     def __init__(self, cap):
@@ -692,12 +674,6 @@ class Responder:
         self._closed = False
         self.call_id = cap.call_id
         self._net = watch(cap._client, self, "Responder", cap.drop)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def reply(self, outcome, attachments=None, timeout=_DEFAULT_TIMEOUT):
         if self._closed:
