@@ -40,9 +40,19 @@ var copyBufs = sync.Pool{New: func() any { return new([copyBufSize]byte) }}
 
 // checkDigest hashes the first want bytes of fd.
 func checkDigest(fd int, want int64, digest *[32]byte) error {
+	h := sha256.New()
+	if err := eachChunk(fd, want, func(b []byte, _ int64) error { h.Write(b); return nil }); err != nil {
+		return err
+	}
+	return compareDigest(h, digest)
+}
+
+// eachChunk reads the first want bytes of fd in copy-buffer chunks and
+// hands each, with its offset, to fn; a file shorter than want is a size
+// mismatch (it may have shrunk while being read).
+func eachChunk(fd int, want int64, fn func(b []byte, off int64) error) error {
 	buf := copyBufs.Get().(*[copyBufSize]byte)
 	defer copyBufs.Put(buf)
-	h := sha256.New()
 	for off := int64(0); off < want; {
 		n := int(min(copyBufSize, want-off))
 		r, err := preadFull(fd, buf[:n], off)
@@ -52,10 +62,12 @@ func checkDigest(fd int, want int64, digest *[32]byte) error {
 		if r < n {
 			return sizeMismatch(off+int64(r), want)
 		}
-		h.Write(buf[:r])
+		if err := fn(buf[:r], off); err != nil {
+			return err
+		}
 		off += int64(r)
 	}
-	return compareDigest(h, digest)
+	return nil
 }
 
 // copyChecked copies want bytes from src to dst and checks the copy: its
@@ -63,29 +75,22 @@ func checkDigest(fd int, want int64, digest *[32]byte) error {
 // still writing into src cannot make the checked bytes differ from the
 // sealed ones.
 func (s *Store) copyChecked(dst, src int, want int64, digest *[32]byte) error {
-	buf := copyBufs.Get().(*[copyBufSize]byte)
-	defer copyBufs.Put(buf)
 	var h hash.Hash
 	if digest != nil {
 		h = sha256.New()
 	}
-	for off := int64(0); off < want; {
-		n := int(min(copyBufSize, want-off))
-		r, err := preadFull(src, buf[:n], off)
-		if err != nil {
+	err := eachChunk(src, want, func(b []byte, off int64) error {
+		if err := pwriteFull(dst, b, off); err != nil {
 			return err
 		}
-		if r < n {
-			return sizeMismatch(off+int64(r), want) // shrank while copying
-		}
-		if err := pwriteFull(dst, buf[:r], off); err != nil {
-			return err
-		}
-		s.st.bytesCopied.Add(uint64(r))
+		s.st.bytesCopied.Add(uint64(len(b)))
 		if h != nil {
-			h.Write(buf[:r])
+			h.Write(b)
 		}
-		off += int64(r)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	// A length that changed while copying means the producer was still at
 	// work: what was copied need not be what it meant to seal.
