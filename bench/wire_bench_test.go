@@ -163,10 +163,14 @@ var scanners = []struct {
 			if err := d.Decode(p, &env); err != nil {
 				return err
 			}
+			body := wire.Body(&pub)
 			if env.Op == wire.OpRPCCall {
-				return env.DecodeBody(&call)
+				body = &call
 			}
-			return env.DecodeBody(&pub)
+			if err := env.DecodeBody(body); err != nil {
+				return err // a nil *BusError would be a non-nil error
+			}
+			return nil
 		}
 	}},
 	{"impl=json-unmarshal", func() func([]byte) error {

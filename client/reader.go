@@ -197,7 +197,9 @@ func (c *Client) onNotice(env *wire.Envelope) error {
 		}
 	case wire.OpRouteRemoved:
 		var n wire.RouteRemoved
-		return env.DecodeBody(&n)
+		if err := env.DecodeBody(&n); err != nil {
+			return err
+		}
 	case wire.OpSubscriptionClosed:
 		var n wire.SubscriptionClosed
 		if err := env.DecodeBody(&n); err != nil {

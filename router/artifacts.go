@@ -116,7 +116,7 @@ func (k *core) collect(a *artifact) {
 func (k *core) opAllocate(c *conn, env *wire.Envelope) *wire.BusError {
 	b := &k.bodies.allocate
 	if err := env.DecodeBody(b); err != nil {
-		return err.(*wire.BusError)
+		return err
 	}
 	if !k.hasStore {
 		return wire.NewError(wire.ErrStoreFailure, 0, "this router runs without an artifact store")
@@ -211,7 +211,7 @@ func (k *core) abandon(a *artifact) {
 func (k *core) opSeal(c *conn, env *wire.Envelope) *wire.BusError {
 	b := &k.bodies.seal
 	if err := env.DecodeBody(b); err != nil {
-		return err.(*wire.BusError)
+		return err
 	}
 	if b.OwnerID.Delivery {
 		return wire.NewError(wire.ErrOwnerInvalid, 0, "only the writer's own id seals")
@@ -322,7 +322,7 @@ func (k *core) refOf(a *artifact) wire.ArtifactRef {
 func (k *core) opOpen(c *conn, env *wire.Envelope) *wire.BusError {
 	b := &k.bodies.refOwner
 	if err := env.DecodeBody(b); err != nil {
-		return err.(*wire.BusError)
+		return err
 	}
 	a, err := k.checkOwnedRef(c, &b.Ref, b.OwnerID)
 	if err != nil {
@@ -335,7 +335,7 @@ func (k *core) opOpen(c *conn, env *wire.Envelope) *wire.BusError {
 func (k *core) opRetain(c *conn, env *wire.Envelope) *wire.BusError {
 	b := &k.bodies.refOwner
 	if err := env.DecodeBody(b); err != nil {
-		return err.(*wire.BusError)
+		return err
 	}
 	a, err := k.checkOwnedRef(c, &b.Ref, b.OwnerID)
 	if err != nil {
@@ -353,7 +353,7 @@ func (k *core) opRetain(c *conn, env *wire.Envelope) *wire.BusError {
 func (k *core) opRelease(c *conn, env *wire.Envelope) *wire.BusError {
 	b := &k.bodies.release
 	if err := env.DecodeBody(b); err != nil {
-		return err.(*wire.BusError)
+		return err
 	}
 	for _, o := range b.OwnerIDs {
 		if o.Delivery {

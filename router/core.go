@@ -415,7 +415,7 @@ func (k *core) release(c *conn) {
 func (k *core) hello(c *conn, env *wire.Envelope) {
 	var h wire.Hello
 	if err := env.DecodeBody(&h); err != nil {
-		k.refuse(c, env, err.(*wire.BusError))
+		k.refuse(c, env, err)
 		return
 	}
 	fail := func(code wire.ErrorCode, msg string) {

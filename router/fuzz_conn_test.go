@@ -542,7 +542,10 @@ func (k *frameChecker) check(frame []byte, dec *wire.Decoder, env *wire.Envelope
 		} else if !k.helloOK {
 			return fmt.Errorf("notice %s before hello completed", env.Op)
 		}
-		return env.DecodeBody(k.shapes[env.Op].Body)
+		if err := env.DecodeBody(k.shapes[env.Op].Body); err != nil {
+			return err
+		}
+		return nil
 	}
 	return fmt.Errorf("kind %s", env.Kind)
 }

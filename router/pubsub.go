@@ -49,7 +49,7 @@ type subscription struct {
 func (k *core) opDeclare(c *conn, env *wire.Envelope) *wire.BusError {
 	b := &k.bodies.declare
 	if err := env.DecodeBody(b); err != nil {
-		return err.(*wire.BusError)
+		return err
 	}
 	if !matchAny(c.grants.ManageTopics, b.Name) {
 		return wire.NewError(wire.ErrNotAuthorized, 0, "no manageTopics grant for %s", b.Name)
@@ -75,7 +75,7 @@ func (k *core) opDeclare(c *conn, env *wire.Envelope) *wire.BusError {
 func (k *core) manageableTopic(c *conn, env *wire.Envelope) (string, *wire.BusError) {
 	b := &k.bodies.topicName
 	if err := env.DecodeBody(b); err != nil {
-		return "", err.(*wire.BusError)
+		return "", err
 	}
 	if !matchAny(c.grants.ManageTopics, b.Name) {
 		return "", wire.NewError(wire.ErrNotAuthorized, 0, "no manageTopics grant for %s", b.Name)
@@ -144,7 +144,7 @@ func artifactBytes(arts []*artifact) uint64 {
 func (k *core) opSubscribe(c *conn, env *wire.Envelope) *wire.BusError {
 	b := &k.bodies.subscribe
 	if err := env.DecodeBody(b); err != nil {
-		return err.(*wire.BusError)
+		return err
 	}
 	if !matchAny(c.grants.Subscribe, b.Topic) {
 		return wire.NewError(wire.ErrNotAuthorized, 0, "no subscribe grant for %s", b.Topic)
@@ -195,7 +195,7 @@ func (k *core) opSubscribe(c *conn, env *wire.Envelope) *wire.BusError {
 func (k *core) opUnsubscribe(c *conn, env *wire.Envelope) *wire.BusError {
 	b := &k.bodies.unsubscribe
 	if err := env.DecodeBody(b); err != nil {
-		return err.(*wire.BusError)
+		return err
 	}
 	for _, s := range c.subs {
 		if s.id == b.SubscriptionID {
@@ -243,7 +243,7 @@ func (k *core) dropQueue(s *subscription) {
 func (k *core) opPublish(c *conn, env *wire.Envelope) *wire.BusError {
 	b := &k.bodies.publish
 	if err := env.DecodeBody(b); err != nil {
-		return err.(*wire.BusError)
+		return err
 	}
 	if !matchAny(c.grants.Publish, b.Topic) {
 		return wire.NewError(wire.ErrNotAuthorized, 0, "no publish grant for %s", b.Topic)

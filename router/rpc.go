@@ -69,7 +69,7 @@ type call struct {
 func (k *core) opRegister(c *conn, env *wire.Envelope) *wire.BusError {
 	b := &k.bodies.register
 	if err := env.DecodeBody(b); err != nil {
-		return err.(*wire.BusError)
+		return err
 	}
 	if !matchAny(c.grants.Register, b.Name) {
 		return wire.NewError(wire.ErrNotAuthorized, 0, "no register grant for %s", b.Name)
@@ -96,7 +96,7 @@ func (k *core) opRegister(c *conn, env *wire.Envelope) *wire.BusError {
 func (k *core) opUnregister(c *conn, env *wire.Envelope) *wire.BusError {
 	b := &k.bodies.unregister
 	if err := env.DecodeBody(b); err != nil {
-		return err.(*wire.BusError)
+		return err
 	}
 	s := k.services[b.Name]
 	if s == nil || s.conn != c || s.inc != b.ServiceIncarnation {
@@ -165,7 +165,7 @@ const maxSerial = math.MaxUint64
 func (k *core) opCall(c *conn, env *wire.Envelope) *wire.BusError {
 	b := &k.bodies.call
 	if err := env.DecodeBody(b); err != nil {
-		return err.(*wire.BusError)
+		return err
 	}
 	// The watermark advances for any syntactically valid id, admitted or not.
 	if c.anyCall && b.CallID <= c.callWM {
@@ -215,7 +215,7 @@ func (k *core) opCall(c *conn, env *wire.Envelope) *wire.BusError {
 func (k *core) opReply(c *conn, env *wire.Envelope) *wire.BusError {
 	b := &k.bodies.reply
 	if err := env.DecodeBody(b); err != nil {
-		return err.(*wire.BusError)
+		return err
 	}
 	if !c.issued(b.RequestDeliveryID) {
 		return wire.NewError(wire.ErrOwnerInvalid, 0, "request delivery %s was never issued here", b.RequestDeliveryID)
@@ -261,7 +261,7 @@ func (k *core) opReply(c *conn, env *wire.Envelope) *wire.BusError {
 func (k *core) opCancel(c *conn, env *wire.Envelope) *wire.BusError {
 	b := &k.bodies.cancel
 	if err := env.DecodeBody(b); err != nil {
-		return err.(*wire.BusError)
+		return err
 	}
 	state := wire.CallGoneState
 	if cl := c.calls[b.CallID]; cl != nil {
@@ -287,7 +287,7 @@ func (k *core) opCancel(c *conn, env *wire.Envelope) *wire.BusError {
 func (k *core) opResponderRelease(c *conn, env *wire.Envelope) *wire.BusError {
 	b := &k.bodies.responderRelease
 	if err := env.DecodeBody(b); err != nil {
-		return err.(*wire.BusError)
+		return err
 	}
 	if !c.issued(b.RequestDeliveryID) {
 		return wire.NewError(wire.ErrOwnerInvalid, 0, "request delivery %s was never issued here", b.RequestDeliveryID)
@@ -319,7 +319,7 @@ func (k *core) capabilityGone(cl *call) {
 func (k *core) opConsumed(c *conn, env *wire.Envelope) *wire.BusError {
 	b := &k.bodies.consumed
 	if err := env.DecodeBody(b); err != nil {
-		return err.(*wire.BusError)
+		return err
 	}
 	for _, d := range b.DeliveryIDs {
 		if !c.issued(d) {

@@ -16,6 +16,10 @@ type Decoder struct {
 	names   map[string]string
 	nameLen int
 	paths   map[pathKey]string // see path
+	// last is path's most recent answer: a frame's attachments ask for
+	// the same one in turn, and a compare is cheaper than the map.
+	last     pathKey
+	lastPath string
 }
 
 // pathKey is a nested body's context: its parent's and its own name.
@@ -26,7 +30,11 @@ type pathKey struct{ ctx, suffix string }
 // decode; past the bound (a context built from input) it concatenates.
 func (d *Decoder) path(ctx, suffix string) string {
 	k := pathKey{ctx, suffix}
+	if k == d.last && d.lastPath != "" {
+		return d.lastPath
+	}
 	if p, ok := d.paths[k]; ok {
+		d.last, d.lastPath = k, p
 		return p
 	}
 	p := ctx + suffix
@@ -85,24 +93,27 @@ func (d *Decoder) raw(ti uint32) []byte {
 	return d.sc.data[t.start:t.end]
 }
 
-// fields iterates the members of one object token. The scanner has already
-// refused duplicate keys, so each case in a decoder's switch runs at most
-// once; seen collects bits for the required-member check.
+// fields iterates the members of one object token for the decoders in
+// codecs_gen.go and the hand-written ones (the envelope, the reply wrapper,
+// Limits). The scanner has already refused duplicate keys, so each case in
+// a decoder's switch runs at most once.
 type fields struct {
 	d      *Decoder
 	ctx    string // operation or type name, for error messages
+	first  uint32 // the first member's key token
 	i, end uint32
+	count  uint32 // members in the object
 	key    []byte
 	keyTok uint32
 	val    uint32
-	seen   uint64
 }
 
-func (d *Decoder) object(ti uint32, ctx string) (fields, error) {
-	if d.kind(ti) != KindObject {
+func (d *Decoder) object(ti uint32, ctx string) (fields, *BusError) {
+	t := &d.sc.toks[ti]
+	if t.kind != KindObject {
 		return fields{}, bodyErr(ctx, "", "want an object")
 	}
-	return fields{d: d, ctx: ctx, i: ti + 1, end: d.sc.toks[ti].next}, nil
+	return fields{d: d, ctx: ctx, first: ti + 1, i: ti + 1, end: t.next, count: t.count}, nil
 }
 
 func (f *fields) next() bool {
@@ -124,10 +135,10 @@ func bodyErr(ctx, field, why string) *BusError {
 	return &BusError{Code: ErrInvalidEnvelope, Dispatch: NotDispatched, Message: msg + ": " + why}
 }
 
-func (f *fields) fail(why string) error { return bodyErr(f.ctx, f.keyName(), why) }
+func (f *fields) fail(why string) *BusError { return bodyErr(f.ctx, f.keyName(), why) }
 
 // unknown refuses the current member.
-func (f *fields) unknown() error { return bodyErr(f.ctx, f.keyName(), "unknown field") }
+func (f *fields) unknown() *BusError { return bodyErr(f.ctx, f.keyName(), "unknown field") }
 
 // keyName re-reads the current member's key for an error message: f.key
 // may share the decoder's scratch with a value read since (when both are
@@ -136,168 +147,129 @@ func (f *fields) keyName() string {
 	if f.key == nil {
 		return ""
 	}
-	t := &f.d.sc.toks[f.keyTok]
-	return string(appendUnescaped(nil, f.d.sc.data[t.start:t.end]))
+	return f.d.keyString(f.keyTok)
 }
 
-// require fails unless every bit in want was seen; names lists the fields in
-// bit order for the message.
-func (f *fields) require(want uint64, names ...string) error {
-	if f.seen&want == want {
+func (d *Decoder) keyString(ti uint32) string {
+	t := &d.sc.toks[ti]
+	return string(appendUnescaped(nil, d.sc.data[t.start:t.end]))
+}
+
+// require fails unless the object had every one of names, which are all
+// its members in order, after a loop that refused every other member.
+// Members are distinct (the scanner refuses duplicates), so a count of
+// len(names) means none is missing; otherwise the first absent one is
+// named.
+func (f *fields) require(names ...string) *BusError {
+	if int(f.count) == len(names) {
 		return nil
 	}
-	for i, n := range names {
-		if want&(1<<uint(i)) != 0 && f.seen&(1<<uint(i)) == 0 {
+	for _, n := range names {
+		if !f.has(n) {
 			return bodyErr(f.ctx, n, "missing")
 		}
 	}
 	return bodyErr(f.ctx, "", "missing field")
 }
 
-func (f *fields) mark(bit uint) { f.seen |= 1 << bit }
+// has reports whether the object has member name; for error paths only.
+func (f *fields) has(name string) bool {
+	for i := f.first; i < f.end; i = f.d.sc.toks[i+1].next {
+		if f.d.keyString(i) == name {
+			return true
+		}
+	}
+	return false
+}
 
-func (f *fields) strTok() ([]byte, error) {
+func (f *fields) strTok() ([]byte, *BusError) {
 	if f.d.kind(f.val) != KindString {
 		return nil, f.fail("want a string")
 	}
 	return f.d.strBytes(f.val), nil
 }
 
-// id reads an Id and interns it.
-func (f *fields) id() (string, error) {
-	b, err := f.strTok()
-	if err != nil {
-		return "", err
+// The string readers below share one pattern: read the string token, parse
+// or check it, and refuse with the member's name and why. check is the
+// refusal half: a wrong token kind wins over a failed parse (which, given
+// the nil bytes of a non-string, also fails).
+func (f *fields) check(err *BusError, ok bool, why string) *BusError {
+	if err == nil && !ok {
+		err = f.fail(why)
 	}
-	if !ValidIDBytes(b) {
-		return "", f.fail("not a valid Id")
-	}
-	return f.d.intern(b), nil
+	return err
 }
 
-// name reads a service or topic name and interns it.
-func (f *fields) name() (string, error) {
+// interned reads a string that valid accepts (why says what it is not) and
+// interns it: ids, names, methods, content types and paths repeat.
+func (f *fields) interned(valid func([]byte) bool, why string) (string, *BusError) {
 	b, err := f.strTok()
-	if err != nil {
+	if err = f.check(err, err == nil && valid(b), why); err != nil {
 		return "", err
-	}
-	if !ValidNameBytes(b) {
-		return "", f.fail("not a valid name")
-	}
-	return f.d.intern(b), nil
-}
-
-func (f *fields) method() (string, error) {
-	b, err := f.strTok()
-	if err != nil {
-		return "", err
-	}
-	if !ValidMethodBytes(b) {
-		return "", f.fail("not 1..128 printable ASCII characters")
-	}
-	return f.d.intern(b), nil
-}
-
-func (f *fields) contentType() (string, error) {
-	b, err := f.strTok()
-	if err != nil {
-		return "", err
-	}
-	if !ValidContentTypeBytes(b) {
-		return "", f.fail("not 1..127 printable ASCII characters")
 	}
 	return f.d.intern(b), nil
 }
 
 // text reads free text bounded by max bytes; it is not interned.
-func (f *fields) text(max int) (string, error) {
+func (f *fields) text(max int) (string, *BusError) {
 	b, err := f.strTok()
-	if err != nil {
+	if err = f.check(err, len(b) <= max, "too long"); err != nil {
 		return "", err
-	}
-	if len(b) > max {
-		return "", f.fail("too long")
 	}
 	return string(b), nil
 }
 
-func (f *fields) serial(fam Family) (uint64, error) {
+// serial and tag build their refusal from an argument, so only once
+// refusing: check would build it on every read.
+func (f *fields) serial(fam Family) (uint64, *BusError) {
 	b, err := f.strTok()
-	if err != nil {
-		return 0, err
-	}
 	n, ok := ParseSerialBytes(fam, b)
-	if !ok {
-		return 0, f.fail("want " + fam.Prefix() + "<U64>")
+	if err == nil && !ok {
+		err = f.fail("want " + fam.Prefix() + "<U64>")
 	}
-	return n, nil
+	return n, err
 }
 
-func (f *fields) optSerial(fam Family) (Opt[uint64], error) {
-	if f.d.kind(f.val) == KindNull {
-		return Opt[uint64]{}, nil
-	}
-	n, err := f.serial(fam)
-	return Opt[uint64]{Valid: err == nil, V: n}, err
-}
-
-func (f *fields) owner() (OwnerID, error) {
+func (f *fields) owner() (OwnerID, *BusError) {
 	b, err := f.strTok()
-	if err != nil {
-		return OwnerID{}, err
-	}
 	o, ok := ParseOwnerIDBytes(b)
-	if !ok {
-		return OwnerID{}, f.fail("want dlv-<U64> or own-<U64>")
-	}
-	return o, nil
+	return o, f.check(err, ok, "want dlv-<U64> or own-<U64>")
 }
 
-func (f *fields) u64() (uint64, error) {
+func (f *fields) u64() (uint64, *BusError) {
 	b, err := f.strTok()
-	if err != nil {
-		return 0, err
-	}
 	n, ok := ParseU64Bytes(b)
-	if !ok {
-		return 0, f.fail("want a canonical U64 string")
-	}
-	return n, nil
+	return n, f.check(err, ok, "want a canonical U64 string")
 }
 
-func (f *fields) tag(prefix string) (uint64, error) {
+func (f *fields) tag(prefix string) (uint64, *BusError) {
 	b, err := f.strTok()
-	if err != nil {
-		return 0, err
-	}
 	v, ok := parseTag(prefix, b)
-	if !ok {
-		return 0, f.fail("want " + prefix + "<16 hex>")
+	if err == nil && !ok {
+		err = f.fail("want " + prefix + "<16 hex>")
 	}
-	return v, nil
+	return v, err
 }
 
-func (f *fields) digest() (Digest, error) {
+func (f *fields) digest() (Digest, *BusError) {
 	b, err := f.strTok()
-	if err != nil {
-		return Digest{}, err
-	}
 	dg, ok := ParseDigestBytes(b)
-	if !ok {
-		return Digest{}, f.fail("want 64 lowercase hex characters")
-	}
-	return dg, nil
+	return dg, f.check(err, ok, "want 64 lowercase hex characters")
 }
 
-func (f *fields) optDigest() (Opt[Digest], error) {
-	if f.d.kind(f.val) == KindNull {
-		return Opt[Digest]{}, nil
+// enum reads a string member that must be one of names (index 0 unused);
+// why is the refusal of any other.
+func (f *fields) enum(names []string, why string) (uint8, *BusError) {
+	b, err := f.strTok()
+	for i := 1; err == nil && i < len(names); i++ {
+		if names[i] == string(b) {
+			return uint8(i), nil
+		}
 	}
-	dg, err := f.digest()
-	return Opt[Digest]{Valid: err == nil, V: dg}, err
+	return 0, f.check(err, false, why)
 }
 
-func (f *fields) boolean() (bool, error) {
+func (f *fields) boolean() (bool, *BusError) {
 	switch f.d.kind(f.val) {
 	case KindTrue:
 		return true, nil
@@ -308,7 +280,7 @@ func (f *fields) boolean() (bool, error) {
 }
 
 // integer reads a JSON integer (no fraction or exponent) in [lo, hi].
-func (f *fields) integer(lo, hi uint64) (uint64, error) {
+func (f *fields) integer(lo, hi uint64) (uint64, *BusError) {
 	if f.d.kind(f.val) != KindNumber {
 		return 0, f.fail("want an integer")
 	}
@@ -319,14 +291,14 @@ func (f *fields) integer(lo, hi uint64) (uint64, error) {
 	return n, nil
 }
 
-// credit reads a queue or credit request, 1..65535.
-func (f *fields) credit() (uint32, error) {
-	n, err := f.integer(1, MaxCredit)
+// u32 is integer for the uint32 members (versions, credits); hi fits.
+func (f *fields) u32(lo, hi uint64) (uint32, *BusError) {
+	n, err := f.integer(lo, hi)
 	return uint32(n), err
 }
 
 // rawObject returns an opaque object member as validated bytes.
-func (f *fields) rawObject() (RawJSON, error) {
+func (f *fields) rawObject() (RawJSON, *BusError) {
 	if f.d.kind(f.val) != KindObject {
 		return nil, f.fail("want an object")
 	}
@@ -334,7 +306,7 @@ func (f *fields) rawObject() (RawJSON, error) {
 }
 
 // array iterates the elements of an array member, at most max of them.
-func (f *fields) array(min, max int) (first, end uint32, err error) {
+func (f *fields) array(min, max int) (first, end uint32, err *BusError) {
 	t := &f.d.sc.toks[f.val]
 	if t.kind != KindArray {
 		return 0, 0, f.fail("want an array")

@@ -10,4 +10,17 @@
 // interned, and opaque payloads stay as validated slices of the frame.
 // Anything a Decoder returns that aliases the frame is documented as valid
 // only until its next Decode.
+//
+// Where things are: the body types are declared in commands.go, replies.go,
+// events.go, refs.go and envelope.go; their strict decoders and appenders
+// are generated from the struct tags into codecs_gen.go by
+// internal/wiregen (see its doc for how a tag becomes a codec), over the
+// field readers of decoder.go and the appenders of encode.go. Written by
+// hand are only what no member-by-member codec expresses: the envelope
+// (whose id family depends on its kind), the reply wrapper (whose members
+// depend on ok), Limits (members from a table, three fixed by the
+// protocol) and RawJSON. After changing a body type, run go generate; a
+// test fails until the generated file matches.
 package wire
+
+//go:generate go run github.com/flybus/flybus/internal/wiregen/cmd/wiregen

@@ -167,18 +167,7 @@ func (e *Envelope) Header() Header {
 	return Header{ID: e.ID, ReplyTo: e.ReplyTo, Kind: e.Kind, Op: e.Op}
 }
 
-const (
-	envProtocol = iota
-	envMajor
-	envMinor
-	envID
-	envReplyTo
-	envKind
-	envOp
-	envBody
-	envAttachments
-)
-
+// envFieldNames are the envelope's members in order, all required.
 var envFieldNames = []string{"protocol", "major", "minor", "id", "replyTo", "kind", "op", "body", "attachments"}
 
 // Trim lets go of a tape grown past what a decoder keeps between frames
@@ -193,6 +182,10 @@ func (d *Decoder) Trim() { d.sc.Trim() }
 //
 // Decode checks shape only. Whether the kind, direction, version and id
 // order suit the connection is the caller's decision.
+//
+// Unlike the bodies' codecs it is written by hand: the id's family and
+// replyTo's form depend on kind, so those two are read in a second pass,
+// and its refusals are protocol errors.
 func (d *Decoder) Decode(frame []byte, env *Envelope) error {
 	env.Attachments = env.Attachments[:0]
 	env.dec, env.err, env.Op = d, nil, OpUnknown
@@ -205,31 +198,21 @@ func (d *Decoder) Decode(frame []byte, env *Envelope) error {
 	if d.kind(0) != KindObject {
 		return protoErr("envelope is not an object")
 	}
-	f := fields{d: d, ctx: "envelope", i: 1, end: d.sc.toks[0].next}
+	f, _ := d.object(0, "envelope")
 	var opTok, attTok uint32
 	for f.next() {
-		var err error
+		var err *BusError
 		switch string(f.key) {
 		case "protocol":
 			var b []byte
 			if b, err = f.strTok(); err == nil && string(b) != ProtocolName {
 				err = f.fail(`want "flybus"`)
 			}
-			f.mark(envProtocol)
 		case "major":
-			var n uint64
-			n, err = f.integer(0, 65535)
-			env.Major = uint32(n)
-			f.mark(envMajor)
+			env.Major, err = f.u32(0, 65535)
 		case "minor":
-			var n uint64
-			n, err = f.integer(0, 65535)
-			env.Minor = uint32(n)
-			f.mark(envMinor)
-		case "id": // its family depends on kind: read in the second pass
-			f.mark(envID)
-		case "replyTo":
-			f.mark(envReplyTo)
+			env.Minor, err = f.u32(0, 65535)
+		case "id", "replyTo": // their families depend on kind: read in the second pass
 		case "kind":
 			var b []byte
 			if b, err = f.strTok(); err == nil {
@@ -246,25 +229,21 @@ func (d *Decoder) Decode(frame []byte, env *Envelope) error {
 					err = f.fail("unknown kind")
 				}
 			}
-			f.mark(envKind)
 		case "op":
 			if d.kind(f.val) != KindString {
 				err = f.fail("want a string")
 			}
 			opTok = f.val
-			f.mark(envOp)
 		case "body":
 			if d.kind(f.val) != KindObject {
 				err = f.fail("want an object")
 			}
 			env.body = f.val
-			f.mark(envBody)
 		case "attachments":
 			if d.kind(f.val) != KindArray {
 				err = f.fail("want an array")
 			}
 			attTok = f.val
-			f.mark(envAttachments)
 		default:
 			err = f.unknown()
 		}
@@ -272,13 +251,13 @@ func (d *Decoder) Decode(frame []byte, env *Envelope) error {
 			return protoErr(err.Error())
 		}
 	}
-	if err := f.require(1<<len(envFieldNames)-1, envFieldNames...); err != nil {
+	if err := f.require(envFieldNames...); err != nil {
 		return protoErr(err.Error())
 	}
 	// Second pass over the two fields whose meaning depends on kind.
-	f = fields{d: d, ctx: "envelope", i: 1, end: d.sc.toks[0].next}
+	f, _ = d.object(0, "envelope")
 	for f.next() {
-		var err error
+		var err *BusError
 		switch string(f.key) {
 		case "id":
 			fam := FamBus
@@ -329,7 +308,7 @@ func (d *Decoder) decodeAttachments(ti uint32, env *Envelope) *BusError {
 	for i := ti + 1; i < t.next; i = d.nextElem(i) {
 		var a Attachment
 		if err := a.decodeJSON(d, i, "attachment"); err != nil {
-			return err.(*BusError)
+			return err
 		}
 		for _, prev := range env.Attachments {
 			if prev.Name == a.Name {
@@ -342,8 +321,11 @@ func (d *Decoder) decodeAttachments(ti uint32, env *Envelope) *BusError {
 }
 
 // DecodeBody decodes the body of the envelope last returned by this
-// decoder's Decode into b. Body-level problems come back as *BusError.
-func (e *Envelope) DecodeBody(b Body) error {
+// decoder's Decode into b. Body-level problems come back as a *BusError
+// (INVALID_ENVELOPE) ready to refuse the command with. Callers that pass
+// the result on as an error must test it for nil first: a nil *BusError
+// in an error interface is not a nil error.
+func (e *Envelope) DecodeBody(b Body) *BusError {
 	return b.decodeJSON(e.dec, e.body, e.Op.String())
 }
 
@@ -354,7 +336,7 @@ func (e *Envelope) RawBody() RawJSON { return RawJSON(e.dec.raw(e.body)) }
 type Body interface {
 	// AppendJSON appends the body as a JSON object.
 	AppendJSON(b []byte) []byte
-	decodeJSON(d *Decoder, ti uint32, ctx string) error
+	decodeJSON(d *Decoder, ti uint32, ctx string) *BusError
 }
 
 // AppendEnvelope appends the JSON of one envelope (no length prefix).

@@ -253,7 +253,7 @@ func TestDecodeBodyLevel(t *testing.T) {
 				t.Fatalf("got fatal %v, want a body-level refusal", err)
 			}
 			var be *BusError
-			if !errors.As(err, &be) || be.Code != ErrInvalidEnvelope || be.Dispatch != NotDispatched {
+			if !errors.As(err, &be) || be == nil || be.Code != ErrInvalidEnvelope || be.Dispatch != NotDispatched {
 				t.Fatalf("got %v, want INVALID_ENVELOPE not-dispatched", err)
 			}
 			if !strings.Contains(be.Message, c.want) {
@@ -425,13 +425,16 @@ func decodeBodyFrame(t *testing.T, d *Decoder, s Shape, frame []byte) error {
 	if err := d.Decode(frame, &env); err != nil {
 		t.Fatalf("envelope: %v\n%s", err, frame)
 	}
-	return env.DecodeBody(fresh(s.Body))
+	if err := env.DecodeBody(fresh(s.Body)); err != nil {
+		return err
+	}
+	return nil
 }
 
 func wantBodyRefusal(t *testing.T, err error, frame []byte) {
 	t.Helper()
 	var be *BusError
-	if !errors.As(err, &be) || be.Code != ErrInvalidEnvelope || be.Dispatch != NotDispatched {
+	if !errors.As(err, &be) || be == nil || be.Code != ErrInvalidEnvelope || be.Dispatch != NotDispatched {
 		t.Fatalf("got %v, want INVALID_ENVELOPE not-dispatched\n%.300s", err, frame)
 	}
 }

@@ -195,12 +195,17 @@ func (l *Limits) AppendJSON(b []byte) []byte {
 	return append(b, '}')
 }
 
-func (l *Limits) decodeJSON(d *Decoder, ti uint32, ctx string) error {
+// limitNames is LimitNames for the decoder's missing-member check.
+var limitNames = LimitNames()
+
+// decodeJSON is written by hand, not generated: the members come from
+// limitFields rather than struct tags, and the three the protocol fixes
+// are checked against their values.
+func (l *Limits) decodeJSON(d *Decoder, ti uint32, ctx string) *BusError {
 	f, err := d.object(ti, ctx)
 	if err != nil {
 		return err
 	}
-	names := LimitNames()
 	for f.next() {
 		idx := -1
 		for i := range limitFields {
@@ -213,7 +218,6 @@ func (l *Limits) decodeJSON(d *Decoder, ti uint32, ctx string) error {
 			return f.unknown()
 		}
 		lf := &limitFields[idx]
-		f.mark(uint(idx))
 		switch {
 		case lf.count != nil:
 			n, err := f.integer(1, 1<<31-1)
@@ -229,7 +233,7 @@ func (l *Limits) decodeJSON(d *Decoder, ti uint32, ctx string) error {
 			*lf.size(l) = n
 		default:
 			var n uint64
-			var err error
+			var err *BusError
 			if lf.name == "maxEnvelopeBytes" {
 				n, err = f.u64()
 			} else {
@@ -243,5 +247,5 @@ func (l *Limits) decodeJSON(d *Decoder, ti uint32, ctx string) error {
 			}
 		}
 	}
-	return f.require(1<<len(limitFields)-1, names...)
+	return f.require(limitNames...)
 }

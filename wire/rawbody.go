@@ -7,7 +7,7 @@ func (r RawJSON) AppendJSON(b []byte) []byte { return appendRaw(b, r) }
 
 // decodeJSON captures the body object's bytes (valid until the next
 // Decode), so a *RawJSON can receive any body unparsed.
-func (r *RawJSON) decodeJSON(d *Decoder, ti uint32, ctx string) error {
+func (r *RawJSON) decodeJSON(d *Decoder, ti uint32, ctx string) *BusError {
 	if d.kind(ti) != KindObject {
 		return bodyErr(ctx, "", "want an object")
 	}

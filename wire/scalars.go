@@ -62,17 +62,7 @@ func ValidNameBytes(b []byte) bool {
 func ValidName(s string) bool { return ValidNameBytes([]byte(s)) }
 
 // ValidMethodBytes reports whether b is 1..128 printable ASCII characters.
-func ValidMethodBytes(b []byte) bool {
-	if len(b) == 0 || len(b) > MaxMethodLen {
-		return false
-	}
-	for _, c := range b {
-		if c < 0x20 || c > 0x7e {
-			return false
-		}
-	}
-	return true
-}
+func ValidMethodBytes(b []byte) bool { return printableASCII(b, MaxMethodLen) }
 
 // ValidMethod reports whether s is a method string.
 func ValidMethod(s string) bool { return ValidMethodBytes([]byte(s)) }
@@ -80,8 +70,14 @@ func ValidMethod(s string) bool { return ValidMethodBytes([]byte(s)) }
 // ValidContentTypeBytes reports whether b is nonempty ASCII of at most 127
 // bytes. Control characters are refused too: a content type is a label, and
 // nothing good comes of a newline in one.
-func ValidContentTypeBytes(b []byte) bool {
-	if len(b) == 0 || len(b) > MaxContentTypeLen {
+func ValidContentTypeBytes(b []byte) bool { return printableASCII(b, MaxContentTypeLen) }
+
+// ValidContentType reports whether s is a content type.
+func ValidContentType(s string) bool { return ValidContentTypeBytes([]byte(s)) }
+
+// printableASCII reports whether b is 1..max bytes of 0x20..0x7e.
+func printableASCII(b []byte, max int) bool {
+	if len(b) == 0 || len(b) > max {
 		return false
 	}
 	for _, c := range b {
@@ -91,9 +87,6 @@ func ValidContentTypeBytes(b []byte) bool {
 	}
 	return true
 }
-
-// ValidContentType reports whether s is a content type.
-func ValidContentType(s string) bool { return ValidContentTypeBytes([]byte(s)) }
 
 // ParseU64Bytes parses a canonical U64: "0", or decimal digits without a
 // leading zero, at most 2^64-1.

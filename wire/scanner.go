@@ -158,9 +158,9 @@ func (s *Scanner) value(depth int) error {
 	}
 	switch c := s.data[s.pos]; {
 	case c == '{':
-		return s.object(depth + 1)
+		return s.container(KindObject, depth+1)
 	case c == '[':
-		return s.array(depth + 1)
+		return s.container(KindArray, depth+1)
 	case c == '"':
 		return s.str()
 	case c == '-' || c >= '0' && c <= '9':
@@ -192,53 +192,45 @@ func (s *Scanner) literal(lit string, k Kind) error {
 	return nil
 }
 
-func (s *Scanner) object(depth int) error {
+// container scans an object or an array from its opening bracket: members
+// (a key, a colon, a value) or elements, their commas and the close. An
+// object's keys are checked for duplicates once it is complete.
+func (s *Scanner) container(k Kind, depth int) error {
 	if depth > MaxDepth {
 		return s.fail("nesting too deep")
 	}
-	idx := s.push(KindObject, s.pos)
+	close, unterminated, unexpected := byte(']'), "unterminated array", "expected ',' or ']' in an array"
+	if k == KindObject {
+		close, unterminated, unexpected = '}', "unterminated object", "expected ',' or '}' in an object"
+	}
+	idx := s.push(k, s.pos)
 	s.pos++
 	keyBase, arenaBase := len(s.keys), len(s.arena)
 	var n uint32
 	s.skipWS()
-	if s.pos < len(s.data) && s.data[s.pos] == '}' {
+	if s.pos < len(s.data) && s.data[s.pos] == close {
 		s.pos++
 	} else {
-		for {
-			if s.pos >= len(s.data) || s.data[s.pos] != '"' {
-				return s.fail("expected a string key")
-			}
-			if err := s.str(); err != nil {
-				return err
-			}
-			s.recordKey(len(s.toks) - 1)
+		for more := true; more; n++ {
 			s.skipWS()
-			if s.pos >= len(s.data) || s.data[s.pos] != ':' {
-				return s.fail("expected ':' after an object key")
+			if k == KindObject {
+				if err := s.key(); err != nil {
+					return err
+				}
 			}
-			s.pos++
-			s.skipWS()
 			if err := s.value(depth); err != nil {
 				return err
 			}
-			n++
 			s.skipWS()
-			if s.pos >= len(s.data) {
-				return s.fail("unterminated object")
+			var err error
+			if more, err = s.more(close, unterminated, unexpected); err != nil {
+				return err
 			}
-			if s.data[s.pos] == ',' {
-				s.pos++
-				s.skipWS()
-				continue
-			}
-			if s.data[s.pos] == '}' {
-				s.pos++
-				break
-			}
-			return s.fail("expected ',' or '}' in an object")
 		}
-		if err := s.checkDuplicates(keyBase); err != nil {
-			return err
+		if k == KindObject {
+			if err := s.checkDuplicates(keyBase); err != nil {
+				return err
+			}
 		}
 	}
 	s.keys = s.keys[:keyBase]
@@ -248,41 +240,39 @@ func (s *Scanner) object(depth int) error {
 	return nil
 }
 
-func (s *Scanner) array(depth int) error {
-	if depth > MaxDepth {
-		return s.fail("nesting too deep")
+// key consumes an object member's key and colon, up to its value.
+func (s *Scanner) key() error {
+	if s.pos >= len(s.data) || s.data[s.pos] != '"' {
+		return s.fail("expected a string key")
 	}
-	idx := s.push(KindArray, s.pos)
-	s.pos++
-	var n uint32
+	if err := s.str(); err != nil {
+		return err
+	}
+	s.recordKey(len(s.toks) - 1)
 	s.skipWS()
-	if s.pos < len(s.data) && s.data[s.pos] == ']' {
-		s.pos++
-	} else {
-		for {
-			if err := s.value(depth); err != nil {
-				return err
-			}
-			n++
-			s.skipWS()
-			if s.pos >= len(s.data) {
-				return s.fail("unterminated array")
-			}
-			if s.data[s.pos] == ',' {
-				s.pos++
-				s.skipWS()
-				continue
-			}
-			if s.data[s.pos] == ']' {
-				s.pos++
-				break
-			}
-			return s.fail("expected ',' or ']' in an array")
-		}
+	if s.pos >= len(s.data) || s.data[s.pos] != ':' {
+		return s.fail("expected ':' after an object key")
 	}
-	t := &s.toks[idx]
-	t.end, t.next, t.count = uint32(s.pos), uint32(len(s.toks)), n
+	s.pos++
+	s.skipWS()
 	return nil
+}
+
+// more consumes what follows a member or an element (after white space):
+// a comma, when more follow, or the container's close.
+func (s *Scanner) more(close byte, unterminated, unexpected string) (bool, error) {
+	if s.pos >= len(s.data) {
+		return false, s.fail(unterminated)
+	}
+	switch s.data[s.pos] {
+	case ',':
+		s.pos++
+		return true, nil
+	case close:
+		s.pos++
+		return false, nil
+	}
+	return false, s.fail(unexpected)
 }
 
 // str consumes a string starting at its opening quote.
