@@ -18,10 +18,16 @@ type core struct {
 	routerID wire.RouterID
 	storeID  wire.StoreID
 
-	conns    map[wire.ConnID]*conn
-	clients  map[string]*clientRec
-	services map[string]*service
-	topics   map[string]*topic
+	conns   map[wire.ConnID]*conn
+	clients map[string]*clientRec
+	// Client records without a connection, oldest first (entries may be
+	// stale), how many records are idle, the cap, and the last sequence.
+	idleQueue      []idleRec
+	idleHead, idle int
+	remember       int
+	idleSeq        uint64
+	services       map[string]*service
+	topics         map[string]*topic
 
 	nextConn, nextSvc, nextTop, nextSub uint64
 	pending                             int // accepted connections that have not completed hello
@@ -94,12 +100,26 @@ type core struct {
 	}
 }
 
-// clientRec remembers a client id's last incarnation (never reusable) and
-// its live connection, if any.
+// clientRec remembers a client id's last incarnation (refused if offered
+// again) and its live connection, if any. Records of ids without a
+// connection are kept for the most recent remembered ones only (see
+// forget), so that a router serving tools with a fresh id per run does not
+// grow for ever.
 type clientRec struct {
 	lastIncarnation string
 	live            *conn
+	idleSince       uint64 // the retire sequence when live became nil
 }
+
+// idleRec is an entry of the core's queue of ids whose connection ended,
+// oldest first; stale once its record reconnected or idled again.
+type idleRec struct {
+	id  string
+	seq uint64
+}
+
+// DefaultRememberedClients is Config.RememberedClients's default.
+const DefaultRememberedClients = 16384
 
 // counters are the cumulative figures; gauges are computed in stats().
 type counters struct {
@@ -396,7 +416,7 @@ func (k *core) release(c *conn) {
 	if !c.helloDone {
 		k.pending--
 	} else if rec := k.clients[c.ident.ClientID]; rec != nil && rec.live == c {
-		rec.live = nil
+		k.retire(c.ident.ClientID, rec)
 	}
 	for _, s := range c.services {
 		k.removeService(s, "disconnected", true)
@@ -451,6 +471,8 @@ func (k *core) hello(c *conn, env *wire.Envelope) {
 	if rec == nil {
 		rec = &clientRec{}
 		k.clients[h.ClientID] = rec
+	} else {
+		k.idle-- // it was idle: no live connection, checked above
 	}
 	rec.lastIncarnation, rec.live = h.ClientIncarnation, c
 	c.helloDone = true
@@ -461,6 +483,45 @@ func (k *core) hello(c *conn, env *wire.Envelope) {
 		RouterID: k.routerID, ConnectionID: c.id, SelectedMajor: wire.Major, SelectedMinor: wire.Minor,
 		ContractDigest: wire.ContractDigestValue(), Limits: k.limits,
 	})
+}
+
+// retire marks rec idle (its connection ended) and forgets the
+// longest-idle records past the cap: their last incarnations are then
+// accepted again, which a client reconnecting after that many others have
+// come and gone cannot tell from a fresh start.
+func (k *core) retire(id string, rec *clientRec) {
+	rec.live = nil
+	k.idleSeq++
+	rec.idleSince = k.idleSeq
+	k.idleQueue = append(k.idleQueue, idleRec{id: id, seq: k.idleSeq})
+	k.idle++
+	limit := k.remember
+	if limit <= 0 {
+		limit = DefaultRememberedClients
+	}
+	for k.idle > limit {
+		e := k.idleQueue[k.idleHead]
+		k.idleQueue[k.idleHead] = idleRec{}
+		k.idleHead++
+		if r := k.clients[e.id]; r != nil && r.live == nil && r.idleSince == e.seq {
+			delete(k.clients, e.id)
+			k.idle--
+		}
+	}
+	// Stale entries (an id that came back, or idled again later) are
+	// dropped when the queue is twice what is idle, and the consumed head
+	// when it outweighs the rest, so the queue stays bounded by the idle
+	// records however often one client reconnects.
+	if n := len(k.idleQueue) - k.idleHead; n > 2*k.idle+64 || k.idleHead > 1024 && k.idleHead > n {
+		live := k.idleQueue[:0]
+		for _, e := range k.idleQueue[k.idleHead:] {
+			if r := k.clients[e.id]; r != nil && r.live == nil && r.idleSince == e.seq {
+				live = append(live, e)
+			}
+		}
+		clear(k.idleQueue[len(live):])
+		k.idleQueue, k.idleHead = live, 0
+	}
 }
 
 // Stats is a snapshot of the router's registries and counters.
@@ -477,6 +538,7 @@ type Stats struct {
 	ArtifactRoots     int
 	Owners            int
 	ReplyCapabilities int
+	ClientRecords     int    // client ids remembered (live, and idle up to Config.RememberedClients)
 	Queued            int    // items waiting on any lane or service queue
 	StoreBytes        uint64 // reserved: staging, sealed and seal copies in progress
 	RetainedBytes     uint64
@@ -517,7 +579,7 @@ type Stats struct {
 
 func (k *core) snapshot() Stats {
 	s := Stats{
-		Connections: len(k.conns), PendingHello: k.pending, Services: len(k.services),
+		Connections: len(k.conns), PendingHello: k.pending, Services: len(k.services), ClientRecords: len(k.clients),
 		ConnectionsTotal: k.stats.connectionsTotal, CallsTotal: k.stats.callsTotal,
 		ProtocolCloses: k.stats.protocolCloses, ControlOverflows: k.stats.controlOverflows, AcceptRetries: k.stats.acceptRetries,
 		DirectWrites: k.stats.directWrites, WriterWrites: k.stats.writerWrites, WriterHandoffs: k.stats.writerHandoffs,

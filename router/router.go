@@ -42,6 +42,11 @@ type Config struct {
 	// first byte has; an idle connection between frames is never closed.
 	// Default 10 s.
 	FrameTimeout time.Duration
+	// RememberedClients bounds how many client ids without a live
+	// connection the router remembers the last incarnation of (a hello
+	// offering it again is refused). Past it, the ids idle the longest are
+	// forgotten. Default DefaultRememberedClients.
+	RememberedClients int
 }
 
 // Router is an embeddable flybus router. All of its methods are safe for
@@ -76,6 +81,9 @@ var errNoPolicy = errors.New("flybus: router.Config.Policy admits no client: use
 func New(cfg Config) (*Router, error) {
 	if cfg.Limits == (wire.Limits{}) {
 		cfg.Limits = wire.DefaultLimits()
+	}
+	if cfg.RememberedClients < 0 {
+		return nil, fmt.Errorf("flybus: router.Config.RememberedClients is %d; give 0 for the default or a positive bound", cfg.RememberedClients)
 	}
 	if err := cfg.Limits.Validate(); err != nil {
 		return nil, err
@@ -117,6 +125,7 @@ func New(cfg Config) (*Router, error) {
 	}
 	r.store = st
 	r.core = newCore(cfg.Limits, cfg.Policy, r.routerID, r.storeID)
+	r.core.remember = cfg.RememberedClients
 	r.core.hasStore = true
 	r.core.pool = cfg.StoreMode == store.ModePool
 	return r, nil

@@ -55,6 +55,7 @@ var statMetrics = []statMetric{
 	gaugeOf("ArtifactRoots", "artifact_roots", "Ownership roots held on artifacts.", func(s *router.Stats) int { return s.ArtifactRoots }),
 	gaugeOf("Owners", "owners", "Ownership records: deliveries not yet consumed, holds and writers.", func(s *router.Stats) int { return s.Owners }),
 	gaugeOf("ReplyCapabilities", "reply_capabilities", "Open reply capabilities of dispatched requests.", func(s *router.Stats) int { return s.ReplyCapabilities }),
+	gaugeOf("ClientRecords", "client_records", "Client ids whose last incarnation the router remembers: live ones and the most recently disconnected.", func(s *router.Stats) int { return s.ClientRecords }),
 	gaugeOf("Queued", "queued", "Items waiting on any lane or service queue.", func(s *router.Stats) int { return s.Queued }),
 	gaugeOf("StoreBytes", "store_bytes", "Bytes reserved in the store: staging, sealed and seal copies in progress.", func(s *router.Stats) uint64 { return s.StoreBytes }),
 	gaugeOf("RetainedBytes", "retained_bytes", "Bytes of artifacts retained by topics.", func(s *router.Stats) uint64 { return s.RetainedBytes }),
