@@ -129,3 +129,12 @@ func (k *core) deliverySize(op wire.Op, body wire.Body, atts []wire.Attachment) 
 	clear(k.scratch.atts)
 	return len(k.buf)
 }
+
+// denied is the NOT_AUTHORIZED refusal of a name none of a grant's
+// patterns match; nil when one does.
+func denied(patterns []Pattern, grant, name string) *wire.BusError {
+	if matchAny(patterns, name) {
+		return nil
+	}
+	return wire.NewError(wire.ErrNotAuthorized, 0, "no %s grant for %s", grant, name)
+}

@@ -113,11 +113,7 @@ func (k *core) collect(a *artifact) {
 	k.addEffect(effect{kind: effUnlink, relPath: a.relPath, gen: a.gen})
 }
 
-func (k *core) opAllocate(c *conn, env *wire.Envelope) *wire.BusError {
-	b := &k.bodies.allocate
-	if err := env.DecodeBody(b); err != nil {
-		return err
-	}
+func (k *core) opAllocate(c *conn, env *wire.Envelope, b *wire.Allocate) *wire.BusError {
 	if !k.hasStore {
 		return wire.NewError(wire.ErrStoreFailure, 0, "this router runs without an artifact store")
 	}
@@ -208,11 +204,7 @@ func (k *core) abandon(a *artifact) {
 	}
 }
 
-func (k *core) opSeal(c *conn, env *wire.Envelope) *wire.BusError {
-	b := &k.bodies.seal
-	if err := env.DecodeBody(b); err != nil {
-		return err
-	}
+func (k *core) opSeal(c *conn, env *wire.Envelope, b *wire.Seal) *wire.BusError {
 	if b.OwnerID.Delivery {
 		return wire.NewError(wire.ErrOwnerInvalid, 0, "only the writer's own id seals")
 	}
@@ -319,11 +311,7 @@ func (k *core) refOf(a *artifact) wire.ArtifactRef {
 		ContentType: a.contentType, Digest: a.digest}
 }
 
-func (k *core) opOpen(c *conn, env *wire.Envelope) *wire.BusError {
-	b := &k.bodies.refOwner
-	if err := env.DecodeBody(b); err != nil {
-		return err
-	}
+func (k *core) opOpen(c *conn, env *wire.Envelope, b *wire.RefOwner) *wire.BusError {
 	a, err := k.checkOwnedRef(c, &b.Ref, b.OwnerID)
 	if err != nil {
 		return err
@@ -332,11 +320,7 @@ func (k *core) opOpen(c *conn, env *wire.Envelope) *wire.BusError {
 	return nil
 }
 
-func (k *core) opRetain(c *conn, env *wire.Envelope) *wire.BusError {
-	b := &k.bodies.refOwner
-	if err := env.DecodeBody(b); err != nil {
-		return err
-	}
+func (k *core) opRetain(c *conn, env *wire.Envelope, b *wire.RefOwner) *wire.BusError {
 	a, err := k.checkOwnedRef(c, &b.Ref, b.OwnerID)
 	if err != nil {
 		return err
@@ -350,11 +334,7 @@ func (k *core) opRetain(c *conn, env *wire.Envelope) *wire.BusError {
 	return nil
 }
 
-func (k *core) opRelease(c *conn, env *wire.Envelope) *wire.BusError {
-	b := &k.bodies.release
-	if err := env.DecodeBody(b); err != nil {
-		return err
-	}
+func (k *core) opRelease(c *conn, env *wire.Envelope, b *wire.Release) *wire.BusError {
 	for _, o := range b.OwnerIDs {
 		if o.Delivery {
 			return wire.NewError(wire.ErrOwnerInvalid, 0, "%s is a delivery: consume it with delivery.consumed", o)

@@ -263,47 +263,57 @@ func (k *core) handle(c *conn, env *wire.Envelope, decErr *wire.BusError) {
 	var err *wire.BusError
 	switch env.Op {
 	case wire.OpServiceRegister:
-		err = k.opRegister(c, env)
+		err = decoded(k, c, env, &k.bodies.register, (*core).opRegister)
 	case wire.OpServiceUnregister:
-		err = k.opUnregister(c, env)
+		err = decoded(k, c, env, &k.bodies.unregister, (*core).opUnregister)
 	case wire.OpRPCCall:
-		err = k.opCall(c, env)
+		err = decoded(k, c, env, &k.bodies.call, (*core).opCall)
 	case wire.OpRPCReply:
-		err = k.opReply(c, env)
+		err = decoded(k, c, env, &k.bodies.reply, (*core).opReply)
 	case wire.OpRPCCancel:
-		err = k.opCancel(c, env)
+		err = decoded(k, c, env, &k.bodies.cancel, (*core).opCancel)
 	case wire.OpRPCResponderRelease:
-		err = k.opResponderRelease(c, env)
+		err = decoded(k, c, env, &k.bodies.responderRelease, (*core).opResponderRelease)
 	case wire.OpDeliveryConsumed:
-		err = k.opConsumed(c, env)
+		err = decoded(k, c, env, &k.bodies.consumed, (*core).opConsumed)
 	case wire.OpTopicDeclare:
-		err = k.opDeclare(c, env)
+		err = decoded(k, c, env, &k.bodies.declare, (*core).opDeclare)
 	case wire.OpTopicClear:
-		err = k.opClear(c, env)
+		err = decoded(k, c, env, &k.bodies.topicName, (*core).opClear)
 	case wire.OpTopicDelete:
-		err = k.opDelete(c, env)
+		err = decoded(k, c, env, &k.bodies.topicName, (*core).opDelete)
 	case wire.OpSubscribe:
-		err = k.opSubscribe(c, env)
+		err = decoded(k, c, env, &k.bodies.subscribe, (*core).opSubscribe)
 	case wire.OpUnsubscribe:
-		err = k.opUnsubscribe(c, env)
+		err = decoded(k, c, env, &k.bodies.unsubscribe, (*core).opUnsubscribe)
 	case wire.OpPublish:
-		err = k.opPublish(c, env)
+		err = decoded(k, c, env, &k.bodies.publish, (*core).opPublish)
 	case wire.OpArtifactAllocate:
-		err = k.opAllocate(c, env)
+		err = decoded(k, c, env, &k.bodies.allocate, (*core).opAllocate)
 	case wire.OpArtifactSeal:
-		err = k.opSeal(c, env)
+		err = decoded(k, c, env, &k.bodies.seal, (*core).opSeal)
 	case wire.OpArtifactOpen:
-		err = k.opOpen(c, env)
+		err = decoded(k, c, env, &k.bodies.refOwner, (*core).opOpen)
 	case wire.OpArtifactRetain:
-		err = k.opRetain(c, env)
+		err = decoded(k, c, env, &k.bodies.refOwner, (*core).opRetain)
 	case wire.OpArtifactRelease:
-		err = k.opRelease(c, env)
+		err = decoded(k, c, env, &k.bodies.release, (*core).opRelease)
 	default:
 		err = wire.NewError(wire.ErrInvalidEnvelope, 0, "%s is not supported by this router yet", env.Op)
 	}
 	if err != nil {
 		k.refuse(c, env, err)
 	}
+}
+
+// decoded decodes env's body into b, the core's one decode target of its
+// type, and runs op on it: the prologue of every command's handler,
+// written once. A body the decoder refuses is the command's refusal.
+func decoded[B wire.Body](k *core, c *conn, env *wire.Envelope, b B, op func(*core, *conn, *wire.Envelope, B) *wire.BusError) *wire.BusError {
+	if err := env.DecodeBody(b); err != nil {
+		return err
+	}
+	return op(k, c, env, b)
 }
 
 // pushControl copies body onto the control lane, closing the connection

@@ -46,13 +46,9 @@ type subscription struct {
 	delivered, coalesced, refusedPubs uint64
 }
 
-func (k *core) opDeclare(c *conn, env *wire.Envelope) *wire.BusError {
-	b := &k.bodies.declare
-	if err := env.DecodeBody(b); err != nil {
+func (k *core) opDeclare(c *conn, env *wire.Envelope, b *wire.Declare) *wire.BusError {
+	if err := denied(c.grants.ManageTopics, "manageTopics", b.Name); err != nil {
 		return err
-	}
-	if !matchAny(c.grants.ManageTopics, b.Name) {
-		return wire.NewError(wire.ErrNotAuthorized, 0, "no manageTopics grant for %s", b.Name)
 	}
 	if t := k.topics[b.Name]; t != nil {
 		if t.retained != b.Retained {
@@ -72,25 +68,23 @@ func (k *core) opDeclare(c *conn, env *wire.Envelope) *wire.BusError {
 }
 
 // manageableTopic decodes a topic.clear/delete body and checks the grant.
-func (k *core) manageableTopic(c *conn, env *wire.Envelope) (string, *wire.BusError) {
-	b := &k.bodies.topicName
-	if err := env.DecodeBody(b); err != nil {
-		return "", err
-	}
-	if !matchAny(c.grants.ManageTopics, b.Name) {
-		return "", wire.NewError(wire.ErrNotAuthorized, 0, "no manageTopics grant for %s", b.Name)
-	}
-	return b.Name, nil
-}
-
-func (k *core) opClear(c *conn, env *wire.Envelope) *wire.BusError {
-	name, err := k.manageableTopic(c, env)
-	if err != nil {
-		return err
+// grantedTopic finds the topic a command names, after checking the grant
+// that lets c use it (NOT_AUTHORIZED, then NO_TOPIC).
+func (k *core) grantedTopic(patterns []Pattern, grant, name string) (*topic, *wire.BusError) {
+	if err := denied(patterns, grant, name); err != nil {
+		return nil, err
 	}
 	t := k.topics[name]
 	if t == nil {
-		return wire.NewError(wire.ErrNoTopic, 0, "no topic %s", name)
+		return nil, wire.NewError(wire.ErrNoTopic, 0, "no topic %s", name)
+	}
+	return t, nil
+}
+
+func (k *core) opClear(c *conn, env *wire.Envelope, b *wire.TopicName) *wire.BusError {
+	t, err := k.grantedTopic(c.grants.ManageTopics, "manageTopics", b.Name)
+	if err != nil {
+		return err
 	}
 	cleared := t.latest != nil
 	k.setRetained(t, nil)
@@ -98,11 +92,11 @@ func (k *core) opClear(c *conn, env *wire.Envelope) *wire.BusError {
 	return nil
 }
 
-func (k *core) opDelete(c *conn, env *wire.Envelope) *wire.BusError {
-	name, err := k.manageableTopic(c, env)
-	if err != nil {
+func (k *core) opDelete(c *conn, env *wire.Envelope, b *wire.TopicName) *wire.BusError {
+	if err := denied(c.grants.ManageTopics, "manageTopics", b.Name); err != nil {
 		return err
 	}
+	name := b.Name
 	t := k.topics[name]
 	if t == nil {
 		k.reply(c, env, &wire.Deleted{Deleted: false})
@@ -141,17 +135,10 @@ func artifactBytes(arts []*artifact) uint64 {
 	return n
 }
 
-func (k *core) opSubscribe(c *conn, env *wire.Envelope) *wire.BusError {
-	b := &k.bodies.subscribe
-	if err := env.DecodeBody(b); err != nil {
+func (k *core) opSubscribe(c *conn, env *wire.Envelope, b *wire.Subscribe) *wire.BusError {
+	t, err := k.grantedTopic(c.grants.Subscribe, "subscribe", b.Topic)
+	if err != nil {
 		return err
-	}
-	if !matchAny(c.grants.Subscribe, b.Topic) {
-		return wire.NewError(wire.ErrNotAuthorized, 0, "no subscribe grant for %s", b.Topic)
-	}
-	t := k.topics[b.Topic]
-	if t == nil {
-		return wire.NewError(wire.ErrNoTopic, 0, "no topic %s", b.Topic)
 	}
 	switch b.Mode {
 	case wire.ModeLatest:
@@ -192,11 +179,7 @@ func (k *core) opSubscribe(c *conn, env *wire.Envelope) *wire.BusError {
 	return nil
 }
 
-func (k *core) opUnsubscribe(c *conn, env *wire.Envelope) *wire.BusError {
-	b := &k.bodies.unsubscribe
-	if err := env.DecodeBody(b); err != nil {
-		return err
-	}
+func (k *core) opUnsubscribe(c *conn, env *wire.Envelope, b *wire.Unsubscribe) *wire.BusError {
 	for _, s := range c.subs {
 		if s.id == b.SubscriptionID {
 			k.removeSubscription(s)
@@ -240,17 +223,10 @@ func (k *core) dropQueue(s *subscription) {
 	s.queue = s.queue[:0]
 }
 
-func (k *core) opPublish(c *conn, env *wire.Envelope) *wire.BusError {
-	b := &k.bodies.publish
-	if err := env.DecodeBody(b); err != nil {
+func (k *core) opPublish(c *conn, env *wire.Envelope, b *wire.Publish) *wire.BusError {
+	t, err := k.grantedTopic(c.grants.Publish, "publish", b.Topic)
+	if err != nil {
 		return err
-	}
-	if !matchAny(c.grants.Publish, b.Topic) {
-		return wire.NewError(wire.ErrNotAuthorized, 0, "no publish grant for %s", b.Topic)
-	}
-	t := k.topics[b.Topic]
-	if t == nil {
-		return wire.NewError(wire.ErrNoTopic, 0, "no topic %s", b.Topic)
 	}
 	msgBody := &k.scratch.msg // a body passed as wire.Body would escape: one per step serves
 	*msgBody = wire.TopicMessage{DeliveryID: maxSerial, SubscriptionID: maxSerial, Topic: t.name,

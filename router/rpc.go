@@ -66,13 +66,9 @@ type call struct {
 	resDlv    wire.DeliveryID // on the caller's connection once written
 }
 
-func (k *core) opRegister(c *conn, env *wire.Envelope) *wire.BusError {
-	b := &k.bodies.register
-	if err := env.DecodeBody(b); err != nil {
+func (k *core) opRegister(c *conn, env *wire.Envelope, b *wire.Register) *wire.BusError {
+	if err := denied(c.grants.Register, "register", b.Name); err != nil {
 		return err
-	}
-	if !matchAny(c.grants.Register, b.Name) {
-		return wire.NewError(wire.ErrNotAuthorized, 0, "no register grant for %s", b.Name)
 	}
 	if int(b.MaxQueued) > k.limits.MaxServiceQueued || int(b.MaxInFlight) > k.limits.MaxServiceInFlight {
 		return wire.NewError(wire.ErrInvalidEnvelope, 0, "maxQueued/maxInFlight exceed the router's limits (%d/%d)",
@@ -93,11 +89,7 @@ func (k *core) opRegister(c *conn, env *wire.Envelope) *wire.BusError {
 	return nil
 }
 
-func (k *core) opUnregister(c *conn, env *wire.Envelope) *wire.BusError {
-	b := &k.bodies.unregister
-	if err := env.DecodeBody(b); err != nil {
-		return err
-	}
+func (k *core) opUnregister(c *conn, env *wire.Envelope, b *wire.Unregister) *wire.BusError {
 	s := k.services[b.Name]
 	if s == nil || s.conn != c || s.inc != b.ServiceIncarnation {
 		k.reply(c, env, &wire.Removed{Removed: false})
@@ -162,18 +154,14 @@ func (k *core) failCall(cl *call, code wire.ErrorCode, disp wire.Dispatch, msg s
 // before admitting what would produce it.
 const maxSerial = math.MaxUint64
 
-func (k *core) opCall(c *conn, env *wire.Envelope) *wire.BusError {
-	b := &k.bodies.call
-	if err := env.DecodeBody(b); err != nil {
-		return err
-	}
+func (k *core) opCall(c *conn, env *wire.Envelope, b *wire.Call) *wire.BusError {
 	// The watermark advances for any syntactically valid id, admitted or not.
 	if c.anyCall && b.CallID <= c.callWM {
 		return wire.NewError(wire.ErrInvalidEnvelope, 0, "call id %s reused or decreasing", b.CallID)
 	}
 	c.anyCall, c.callWM = true, b.CallID
-	if !matchAny(c.grants.Call, b.Target) {
-		return wire.NewError(wire.ErrNotAuthorized, 0, "no call grant for %s", b.Target)
+	if err := denied(c.grants.Call, "call", b.Target); err != nil {
+		return err
 	}
 	s := k.services[b.Target]
 	if s == nil {
@@ -212,16 +200,25 @@ func (k *core) opCall(c *conn, env *wire.Envelope) *wire.BusError {
 	return nil
 }
 
-func (k *core) opReply(c *conn, env *wire.Envelope) *wire.BusError {
-	b := &k.bodies.reply
-	if err := env.DecodeBody(b); err != nil {
+// replyCap finds c's reply capability for call id on the request delivery
+// dlv: OWNER_INVALID if dlv was never issued to c, nil if no capability
+// for that call remains (replied, released, or another call's delivery).
+func (c *conn) replyCap(id wire.CallID, dlv wire.DeliveryID) (*call, *wire.BusError) {
+	if !c.issued(dlv) {
+		return nil, wire.NewError(wire.ErrOwnerInvalid, 0, "request delivery %s was never issued here", dlv)
+	}
+	if cl := c.caps[dlv]; cl != nil && cl.id == id {
+		return cl, nil
+	}
+	return nil, nil
+}
+
+func (k *core) opReply(c *conn, env *wire.Envelope, b *wire.Reply) *wire.BusError {
+	cl, err := c.replyCap(b.CallID, b.RequestDeliveryID)
+	if err != nil {
 		return err
 	}
-	if !c.issued(b.RequestDeliveryID) {
-		return wire.NewError(wire.ErrOwnerInvalid, 0, "request delivery %s was never issued here", b.RequestDeliveryID)
-	}
-	cl := c.caps[b.RequestDeliveryID]
-	if cl == nil || cl.id != b.CallID {
+	if cl == nil {
 		return wire.NewError(wire.ErrCallGone, wire.Dispatched, "no reply capability for %s on %s", b.CallID, b.RequestDeliveryID)
 	}
 	arts, aerr := k.checkAttachments(c, env.Attachments)
@@ -258,11 +255,7 @@ func (k *core) opReply(c *conn, env *wire.Envelope) *wire.BusError {
 	return nil
 }
 
-func (k *core) opCancel(c *conn, env *wire.Envelope) *wire.BusError {
-	b := &k.bodies.cancel
-	if err := env.DecodeBody(b); err != nil {
-		return err
-	}
+func (k *core) opCancel(c *conn, env *wire.Envelope, b *wire.Cancel) *wire.BusError {
 	state := wire.CallGoneState
 	if cl := c.calls[b.CallID]; cl != nil {
 		switch cl.state {
@@ -284,16 +277,12 @@ func (k *core) opCancel(c *conn, env *wire.Envelope) *wire.BusError {
 	return nil
 }
 
-func (k *core) opResponderRelease(c *conn, env *wire.Envelope) *wire.BusError {
-	b := &k.bodies.responderRelease
-	if err := env.DecodeBody(b); err != nil {
+func (k *core) opResponderRelease(c *conn, env *wire.Envelope, b *wire.ResponderRelease) *wire.BusError {
+	cl, err := c.replyCap(b.CallID, b.RequestDeliveryID)
+	if err != nil {
 		return err
 	}
-	if !c.issued(b.RequestDeliveryID) {
-		return wire.NewError(wire.ErrOwnerInvalid, 0, "request delivery %s was never issued here", b.RequestDeliveryID)
-	}
-	cl := c.caps[b.RequestDeliveryID]
-	if cl == nil || cl.id != b.CallID {
+	if cl == nil {
 		k.reply(c, env, &wire.Released{Released: 0})
 		return nil
 	}
@@ -316,11 +305,7 @@ func (k *core) capabilityGone(cl *call) {
 	}
 }
 
-func (k *core) opConsumed(c *conn, env *wire.Envelope) *wire.BusError {
-	b := &k.bodies.consumed
-	if err := env.DecodeBody(b); err != nil {
-		return err
-	}
+func (k *core) opConsumed(c *conn, env *wire.Envelope, b *wire.Consumed) *wire.BusError {
 	for _, d := range b.DeliveryIDs {
 		if !c.issued(d) {
 			return wire.NewError(wire.ErrOwnerInvalid, 0, "delivery %s was never issued here", d)
