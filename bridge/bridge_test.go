@@ -1,0 +1,146 @@
+package bridge
+
+import (
+	"testing"
+
+	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/wire"
+)
+
+// pair is two hosts bridged through one NATS server: bridge A exports,
+// bridge B imports.
+type pair struct {
+	n    *natsHarness
+	a, b *host
+	ba   *running
+	bb   *running
+	prod *client.Client // the producer on A
+	cons *client.Client // the consumer on B
+}
+
+func newPair(t *testing.T, maxPayload int32, exports []ExportConfig, imports []ImportConfig, optsB Options) *pair {
+	t.Helper()
+	p := &pair{n: startNATS(t, maxPayload), a: newHost(t, "a"), b: newHost(t, "b")}
+	p.prod = p.a.connect("producer")
+	for _, e := range exports {
+		if _, err := p.prod.DeclareTopic(ctxT(t), e.Topic, wire.RetainNone); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ca := bridgeConfig(p.a, p.n, "bridge-a")
+	ca.Exports = exports
+	cb := bridgeConfig(p.b, p.n, "bridge-b")
+	cb.Imports = imports
+	// B first, so that its subscriptions stand before A sends anything.
+	p.bb = startBridge(t, cb, optsB)
+	p.ba = startBridge(t, ca, Options{})
+	p.cons = p.b.connect("consumer")
+	return p
+}
+
+var frameSizes = map[string]int{"frame": frameSize, "meta": 100}
+
+// Export and import of a latest and a bounded topic, payload and two
+// artifacts, every digest checked: inline where the server's max_payload
+// holds a frame, chunked where it is 64 KiB.
+func TestExportImportLatestAndBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		max     int32
+		chunked bool
+	}{{"inline", 8 << 20, false}, {"chunked", 64 << 10, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPair(t, tc.max,
+				[]ExportConfig{{Topic: "cam.latest", Subject: "site.latest", Mode: "latest"},
+					{Topic: "cam.bounded", Subject: "site.bounded", Mode: "bounded"}},
+				[]ImportConfig{{Subject: "site.latest", Topic: "b.latest"}, {Subject: "site.bounded", Topic: "b.bounded"}},
+				Options{})
+			ctx := ctxT(t)
+			bsub, err := p.cons.Subscribe(ctx, "b.bounded", client.Bounded())
+			if err != nil {
+				t.Fatal(err)
+			}
+			lsub, err := p.cons.Subscribe(ctx, "b.latest", client.Latest())
+			if err != nil {
+				t.Fatal(err)
+			}
+			const frames = 5
+			for n := uint64(1); n <= frames; n++ {
+				publishFrame(t, p.prod, "cam.bounded", n, frameSizes)
+			}
+			for n := uint64(1); n <= frames; n++ {
+				m, err := bsub.Next(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := checkMessage(t, m); got != n {
+					t.Fatalf("bounded: frame %d, want %d", got, n)
+				}
+				m.Close()
+			}
+			for n := uint64(1); n <= 3; n++ {
+				publishFrame(t, p.prod, "cam.latest", n, frameSizes)
+				m, err := lsub.Next(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := checkMessage(t, m); got != n {
+					t.Fatalf("latest: frame %d, want %d", got, n)
+				}
+				m.Close()
+			}
+			// Counted once the publish returned, which may be after the
+			// consumer had the message.
+			waitFor(t, "the counters", func() bool {
+				ea, ib := p.ba.b.Stats().Exports, p.bb.b.Stats().Imports
+				return ea["cam.bounded"].Sent == frames && ea["cam.latest"].Sent == 3 &&
+					ib["b.bounded"].Admitted == frames && ib["b.latest"].Admitted == 3
+			})
+			ea, ib := p.ba.b.Stats().Exports, p.bb.b.Stats().Imports
+			chunked := ea["cam.bounded"].Chunked + ea["cam.latest"].Chunked
+			if tc.chunked && (chunked != frames+3 || ea["cam.bounded"].Messages < frames*18) {
+				t.Fatalf("chunked: %+v", ea)
+			}
+			if !tc.chunked && (chunked != 0 || ea["cam.bounded"].Messages != frames) {
+				t.Fatalf("inline: %+v", ea)
+			}
+			for _, s := range ib {
+				if s.DroppedMissing+s.DroppedCorrupt+s.DroppedLocal+s.DroppedOrigin != 0 {
+					t.Fatalf("drops: %+v", ib)
+				}
+			}
+		})
+	}
+}
+
+// A frame far larger than the server's max_payload goes in chunks that
+// each fit it (nats.go refuses a message over max_payload), with
+// artifacts of every awkward size, an empty one included.
+func TestFrameLargerThanMaxPayload(t *testing.T) {
+	const max = 64 << 10
+	p := newPair(t, max, []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "bounded"}},
+		[]ImportConfig{{Subject: "site.cam", Topic: "cam.frames"}}, Options{})
+	sub, err := p.cons.Subscribe(ctxT(t), "cam.frames", client.Bounded())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes := map[string]int{"frame": frameSize, "empty": 0, "one": 1, "edge": max, "tail": 3*max + 7}
+	publishFrame(t, p.prod, "cam.frames", 1, sizes)
+	publishFrame(t, p.prod, "cam.frames", 2, map[string]int{}) // the payload alone: inline
+	for want := uint64(1); want <= 2; want++ {
+		m, err := sub.Next(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := checkMessage(t, m); got != want {
+			t.Fatalf("frame %d, want %d", got, want)
+		}
+		m.Close()
+	}
+	waitFor(t, "the counters", func() bool { return p.ba.b.Stats().Exports["cam.frames"].Sent == 2 })
+	e := p.ba.b.Stats().Exports["cam.frames"]
+	total := uint64(frameSize + 1 + max + 3*max + 7)
+	if e.Chunked != 1 || e.Failed != 0 || e.Messages < 1+total/max || e.Bytes < total {
+		t.Fatalf("export: %+v", e)
+	}
+}

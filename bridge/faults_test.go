@@ -1,0 +1,272 @@
+package bridge
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/internal/leakcheck"
+)
+
+// producer publishes numbered frames to topic until stopped, each after
+// the previous one was admitted (the tick paces it; it orders nothing).
+type producer struct {
+	last atomic.Uint64
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+func startProducer(t *testing.T, c *client.Client, topic string, from uint64) *producer {
+	p := &producer{stop: make(chan struct{})}
+	p.last.Store(from - 1)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for n := from; ; n++ {
+			select {
+			case <-p.stop:
+				return
+			case <-tick.C:
+			}
+			publishFrame(t, c, topic, n, map[string]int{"frame": frameSize})
+			p.last.Store(n)
+		}
+	}()
+	t.Cleanup(p.halt)
+	return p
+}
+
+func (p *producer) halt() {
+	select {
+	case <-p.stop:
+	default:
+		close(p.stop)
+	}
+	p.wg.Wait()
+}
+
+// receiveUntil reads frames (checking each) until one numbered above n.
+func receiveUntil(t *testing.T, sub *client.Subscription, n uint64) uint64 {
+	t.Helper()
+	var last uint64
+	for {
+		m, err := sub.Next(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := checkMessage(t, m)
+		m.Close()
+		if k <= last {
+			t.Fatalf("frame %d after %d", k, last)
+		}
+		last = k
+		if k > n {
+			return k
+		}
+	}
+}
+
+// A NATS server restarted mid-stream: both bridges reconnect, the stream
+// resumes with the next frame, and no frame is ever published in part.
+func TestNATSRestartMidStream(t *testing.T) {
+	p := newPair(t, 64<<10, []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "latest"}},
+		[]ImportConfig{{Subject: "site.cam", Topic: "cam.frames"}}, Options{})
+	sub, err := p.cons.Subscribe(ctxT(t), "cam.frames", client.Latest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod := startProducer(t, p.prod, "cam.frames", 1)
+	receiveUntil(t, sub, 3)
+	p.n.restart()
+	at := prod.last.Load()
+	waitFor(t, "both bridges to reconnect", func() bool {
+		return p.ba.b.Stats().NATSReconnects >= 1 && p.bb.b.Stats().NATSReconnects >= 1
+	})
+	got := receiveUntil(t, sub, at)
+	prod.halt()
+	e, im := p.ba.b.Stats().Exports["cam.frames"], p.bb.b.Stats().Imports["cam.frames"]
+	t.Logf("restart after frame %d; received %d; export %+v; import %+v", at, got, e, im)
+	if im.DroppedCorrupt != 0 {
+		t.Fatalf("import: %+v", im)
+	}
+}
+
+// The local router restarts on either side: the bridge reconnects with a
+// new incarnation and frames flow again.
+func TestLocalRouterRestart(t *testing.T) {
+	p := newPair(t, 64<<10, []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "bounded"}},
+		[]ImportConfig{{Subject: "site.cam", Topic: "cam.frames"}}, Options{})
+	sub, err := p.cons.Subscribe(ctxT(t), "cam.frames", client.Bounded())
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishFrame(t, p.prod, "cam.frames", 1, frameSizes)
+	receiveUntil(t, sub, 0)
+
+	// The exporting side.
+	before := p.ba.b.Stats().LocalSessions
+	p.a.restart()
+	prod := p.a.connect("producer")
+	if _, err := prod.DeclareTopic(ctxT(t), "cam.frames", 1); err != nil {
+		t.Fatal(err)
+	}
+	info := p.ba.waitSession(t)
+	if p.ba.b.Stats().LocalSessions != before+1 || info.RouterID != p.a.r.RouterID() {
+		t.Fatalf("sessions %d", p.ba.b.Stats().LocalSessions)
+	}
+	publishFrame(t, prod, "cam.frames", 2, frameSizes)
+	receiveUntil(t, sub, 1)
+
+	// The importing side.
+	p.b.restart()
+	p.bb.waitSession(t)
+	cons := p.b.connect("consumer")
+	sub, err = cons.Subscribe(ctxT(t), "cam.frames", client.Bounded())
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishFrame(t, prod, "cam.frames", 3, frameSizes)
+	receiveUntil(t, sub, 2)
+}
+
+// Reconnects take a new incarnation each time.
+func TestLocalReconnectTakesANewIncarnation(t *testing.T) {
+	n := startNATS(t, 1<<20)
+	a := newHost(t, "a")
+	ca := bridgeConfig(a, n, "bridge-a")
+	ca.Imports = []ImportConfig{{Subject: "x", Topic: "x"}}
+	rb := startBridge(t, ca, Options{})
+	first := a.r.RouterID()
+	incs := map[string]bool{}
+	for range 2 {
+		a.restart()
+		info := rb.waitSession(t)
+		if info.RouterID == first || incs[info.Identity.ClientIncarnation] {
+			t.Fatalf("session %+v", info)
+		}
+		incs[info.Identity.ClientIncarnation] = true
+	}
+}
+
+// A slow importer does not slow the exporter: NATS drops what the import
+// cannot hold (counted), the frames it lost parts of are dropped whole,
+// and it carries on with complete frames.
+func TestSlowImporter(t *testing.T) {
+	gate := make(chan struct{})
+	var once sync.Once
+	blocked := make(chan struct{})
+	p := newPair(t, 64<<10, []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "bounded"}},
+		[]ImportConfig{{Subject: "site.cam", Topic: "cam.frames", PendingBytes: 3 << 20}},
+		Options{BeforeImportPublish: func(string) {
+			once.Do(func() { close(blocked); <-gate })
+		}})
+	sub, err := p.cons.Subscribe(ctxT(t), "cam.frames", client.Bounded())
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishFrame(t, p.prod, "cam.frames", 1, frameSizes)
+	<-blocked
+	const more = 8
+	for i := uint64(2); i <= 1+more; i++ {
+		publishFrame(t, p.prod, "cam.frames", i, frameSizes)
+	}
+	waitFor(t, "the exporter to send everything while the importer is stuck", func() bool {
+		return p.ba.b.Stats().Exports["cam.frames"].Sent == 1+more
+	})
+	waitFor(t, "every message to reach the importing bridge's connection", func() bool {
+		return p.bb.b.nc.Stats().InMsgs >= p.ba.b.Stats().Exports["cam.frames"].Messages
+	})
+	close(gate)
+	publishFrame(t, p.prod, "cam.frames", 100, frameSizes)
+	got := receiveUntil(t, sub, 99)
+	if got != 100 {
+		t.Fatalf("last %d", got)
+	}
+	im := p.bb.b.Stats().Imports["cam.frames"]
+	t.Logf("import %+v", im)
+	if im.NATSDropped == 0 || im.DroppedMissing == 0 || im.DroppedCorrupt != 0 {
+		t.Fatalf("import: %+v", im)
+	}
+}
+
+// A stopped bridge leaves nothing behind: no artifact, root or owner in
+// either router, no file in either store once the routers stop, and no
+// goroutine or descriptor over the test's baseline.
+func TestStoppedBridgeLeavesNothing(t *testing.T) {
+	base := baseline()
+	func() {
+		p := newPair(t, 64<<10, []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "bounded",
+			Stream: &StreamConfig{Name: "CAM", Storage: "memory"}}},
+			[]ImportConfig{{Subject: "site.cam", Topic: "cam.frames"}}, Options{})
+		sub, err := p.cons.Subscribe(ctxT(t), "cam.frames", client.Bounded())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := uint64(1); i <= 3; i++ {
+			publishFrame(t, p.prod, "cam.frames", i, frameSizes)
+		}
+		receiveUntil(t, sub, 2)
+		// A frame half-way through an import when the bridges stop.
+		f := rawFrame(t, "peer", "site.cam", 9, frameSize, 60<<10)
+		for _, m := range f[:3] {
+			if err := p.ba.b.nc.PublishMsg(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p.ba.b.nc.Flush()
+		sub.Close()
+		p.cons.Close()
+		p.prod.Close()
+		p.ba.stop()
+		p.bb.stop()
+		p.a.assertEmpty(t)
+		p.b.assertEmpty(t)
+		roots := []string{p.a.root, p.b.root}
+		p.a.stop()
+		p.b.stop()
+		p.n.stop()
+		for _, r := range roots {
+			if n, err := leakcheck.Files(r); err != nil || n != 0 {
+				t.Fatalf("store root %s: %d files (%v)", r, n, err)
+			}
+		}
+	}()
+	base.check(t)
+}
+
+// The stream lives through a NATS restart: frames stored before and after
+// it are answered from history.
+func TestNATSRestartKeepsHistory(t *testing.T) {
+	n := startNATS(t, 64<<10)
+	a := newHost(t, "a")
+	prod := a.connect("producer")
+	if _, err := prod.DeclareTopic(ctxT(t), "cam.frames", 1); err != nil {
+		t.Fatal(err)
+	}
+	ca := bridgeConfig(a, n, "bridge-a")
+	ca.Exports = []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "bounded", Stream: &StreamConfig{Name: "CAM"}}}
+	ca.History = &HistoryConfig{Service: "bridge.history"}
+	ba := startBridge(t, ca, Options{})
+	stored := func() uint64 { return ba.b.Stats().Exports["cam.frames"].StoredAcked }
+	for i := uint64(1); i <= 2; i++ {
+		publishFrame(t, prod, "cam.frames", i, frameSizes)
+	}
+	waitFor(t, "two frames stored", func() bool { return stored() == 2 })
+	n.restart()
+	waitFor(t, "the bridge to reconnect", func() bool { return ba.b.Stats().NATSReconnects >= 1 })
+	publishFrame(t, prod, "cam.frames", 3, frameSizes)
+	waitFor(t, "the third frame stored", func() bool { return stored() == 3 })
+	var rng RangeReply
+	res := call(t, a.connect("late"), MethodRange, RangeRequest{Topic: "cam.frames", From: 1, Count: 3}, &rng)
+	defer res.Close()
+	if len(rng.Frames) != 3 || len(rng.Missing) != 0 {
+		t.Fatalf("range: %d frames, missing %v, error %q", len(rng.Frames), rng.Missing, rng.Error)
+	}
+	for _, f := range rng.Frames {
+		checkHistoryFrame(t, res, f)
+	}
+}

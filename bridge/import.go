@@ -1,0 +1,287 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/wire"
+)
+
+// importer receives one subject's frames and publishes them locally. Its
+// NATS handler runs on one goroutine, so frames are handled in order.
+type importer struct {
+	b   *Bridge
+	cfg *ImportConfig
+	cnt *importCounters
+	ctx context.Context
+	sub *nats.Subscription
+
+	mu      sync.Mutex // guards the fields below against the timeout
+	cur     *assembly
+	writers []*client.ArtifactWriter // the current frame's, in manifest order
+	sess    *session                 // the session the writers belong to
+	timer   *time.Timer
+	dropped uint64 // sub.Dropped() already counted
+	// lastDropped is the frame dropLocked abandoned, skipping the frame
+	// whose later chunks are being skipped: each drop is counted once.
+	lastDropped, skipping string
+}
+
+func (b *Bridge) startImport(ctx context.Context, cfg *ImportConfig) (*importer, error) {
+	im := &importer{b: b, cfg: cfg, cnt: b.imports[cfg.Topic], ctx: ctx}
+	// Held until im.sub is set: the handler may run before Subscribe returns.
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	sub, err := b.nc.Subscribe(cfg.Subject+".*", im.onMsg)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", cfg.Subject, err)
+	}
+	// Messages past pendingBytes are dropped by nats.go (counted), rather
+	// than a slow import holding the connection's memory without bound.
+	if err := sub.SetPendingLimits(-1, cfg.PendingBytes); err != nil {
+		sub.Unsubscribe()
+		return nil, err
+	}
+	im.sub = sub
+	return im, nil
+}
+
+// stop unsubscribes, waits for the handler to return and abandons a frame
+// in progress.
+func (im *importer) stop() {
+	im.sub.Unsubscribe()
+	// A handler already running holds the lock: taking it waits for that
+	// one; any later one finds the context ended and does nothing.
+	im.mu.Lock()
+	im.abandonLocked()
+	im.mu.Unlock()
+}
+
+// onMsg takes one message of the subject: a frame's next chunk, or the
+// first of a new frame.
+func (im *importer) onMsg(m *nats.Msg) {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	im.countNATSDropsLocked()
+	if im.ctx.Err() != nil {
+		im.abandonLocked()
+		return
+	}
+	h := m.Header
+	if h.Get(hdrOrigin) == im.b.cfg.Origin {
+		// Our own export coming back (a shared subject, or another
+		// bridge's re-export): never published here again.
+		if i, _, ok := parseChunk(h.Get(hdrChunk)); ok && i == 0 {
+			im.cnt.droppedOrigin.Add(1)
+		}
+		return
+	}
+	if im.cur != nil {
+		if err := im.cur.accept(h); err != nil {
+			im.dropLocked(err)
+			// This message may start the next frame.
+		} else {
+			im.chunkLocked(m.Data)
+			return
+		}
+	}
+	i, _, ok := parseChunk(h.Get(hdrChunk))
+	if ok && i > 0 {
+		// The rest of a frame already dropped, or one whose first chunk
+		// never came: counted once.
+		if f := h.Get(hdrFrame); f != im.skipping {
+			im.skipping = f
+			if f != im.lastDropped {
+				im.cnt.droppedMissing.Add(1)
+			}
+		}
+		return
+	}
+	a, err := startAssembly(h, im.maxArtifact())
+	if err != nil {
+		im.count(err)
+		return
+	}
+	if err := im.beginLocked(a); err != nil {
+		im.cnt.droppedLocal.Add(1)
+		im.b.log.Warn("import: cannot write locally", "topic", im.cfg.Topic, "err", err)
+		return
+	}
+	im.chunkLocked(m.Data)
+}
+
+func (im *importer) maxArtifact() int64 {
+	if s := im.b.current(); s != nil {
+		return int64(s.c.Info().Limits.MaxArtifactBytes)
+	}
+	return 0
+}
+
+// beginLocked allocates the frame's artifacts in the local store.
+func (im *importer) beginLocked(a *assembly) error {
+	s := im.b.current()
+	if s == nil {
+		return errors.New("no local router")
+	}
+	im.cur, im.sess = a, s
+	for _, p := range a.man.Artifacts {
+		w, err := s.c.Artifacts().Allocate(im.ctx, p.Size, p.ContentType)
+		if err != nil {
+			im.abandonLocked()
+			return err
+		}
+		im.writers = append(im.writers, w)
+		a.sinks = append(a.sinks, w)
+	}
+	im.armLocked()
+	return nil
+}
+
+// armLocked (re)starts the wait for the frame's next chunk.
+func (im *importer) armLocked() {
+	d := time.Duration(im.cfg.FrameTimeout)
+	cur := im.cur
+	if im.timer != nil {
+		im.timer.Stop()
+	}
+	im.timer = time.AfterFunc(d, func() {
+		im.mu.Lock()
+		defer im.mu.Unlock()
+		if im.cur == cur {
+			im.dropLocked(fmt.Errorf("%w: no chunk for %v", errMissingChunk, d))
+		}
+	})
+}
+
+func (im *importer) chunkLocked(data []byte) {
+	done, err := im.cur.write(data)
+	if err != nil {
+		im.dropLocked(err)
+		return
+	}
+	if !done {
+		im.armLocked()
+		return
+	}
+	im.publishLocked()
+}
+
+// publishLocked seals every artifact with its digest (the router checks
+// the bytes once more) and publishes the frame; any failure publishes
+// nothing.
+func (im *importer) publishLocked() {
+	a, s, ws := im.cur, im.sess, im.writers
+	im.cur, im.sess, im.writers = nil, nil, nil
+	if im.timer != nil {
+		im.timer.Stop()
+	}
+	im.cnt.received.Add(1)
+	if hook := im.b.opts.BeforeImportPublish; hook != nil {
+		hook(im.cfg.Topic)
+	}
+	if im.b.current() != s {
+		closeWriters(ws)
+		im.cnt.droppedLocal.Add(1)
+		return
+	}
+	var atts []client.Attachment
+	defer func() {
+		for _, at := range atts {
+			at.Artifact.Close()
+		}
+	}()
+	for i, w := range ws {
+		art, err := w.SealNoWaitWithDigest(a.man.Artifacts[i].SHA256)
+		if err != nil {
+			closeWriters(ws[i+1:])
+			im.cnt.droppedLocal.Add(1)
+			return
+		}
+		atts = append(atts, client.Attach(a.man.Artifacts[i].Name, art))
+	}
+	own := im.b.own[im.cfg.Topic]
+	var rc client.PublishReceipt
+	var err error
+	for attempt := 0; ; attempt++ {
+		if own != nil {
+			own.mu.Lock()
+		}
+		rc, err = s.c.Publish(im.ctx, im.cfg.Topic, wire.RawJSON(a.payload), atts...)
+		if own != nil {
+			if err == nil {
+				own.add(rc.TopicSequence)
+			}
+			own.mu.Unlock()
+		}
+		// A full bounded queue refuses the whole publication: try again a
+		// few times before dropping the frame (the producer's side of
+		// bounded mode; NATS keeps no frames for us meanwhile).
+		if !errors.Is(err, wire.ErrBackpressure) || attempt == 50 {
+			break
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-im.ctx.Done():
+		}
+	}
+	if err != nil {
+		im.cnt.droppedLocal.Add(1)
+		im.b.log.Warn("import: publish", "topic", im.cfg.Topic, "err", err)
+		return
+	}
+	im.cnt.admitted.Add(1)
+	im.cnt.deliveries.Add(rc.Subscribers)
+}
+
+// dropLocked abandons the frame in progress, counting why.
+func (im *importer) dropLocked(err error) {
+	if im.cur == nil {
+		return
+	}
+	im.lastDropped = im.cur.meta.Frame
+	im.count(err)
+	im.abandonLocked()
+}
+
+func (im *importer) count(err error) {
+	if errors.Is(err, errMissingChunk) {
+		im.cnt.droppedMissing.Add(1)
+	} else {
+		im.cnt.droppedCorrupt.Add(1)
+	}
+	im.b.log.Debug("import: frame dropped", "topic", im.cfg.Topic, "err", err)
+}
+
+func (im *importer) abandonLocked() {
+	closeWriters(im.writers)
+	im.cur, im.sess, im.writers = nil, nil, nil
+	if im.timer != nil {
+		im.timer.Stop()
+		im.timer = nil
+	}
+}
+
+func closeWriters(ws []*client.ArtifactWriter) {
+	for _, w := range ws {
+		w.Close() // releases the staging file: nothing was sealed
+	}
+}
+
+// countNATSDropsLocked adds what nats.go dropped for this subscription
+// since the last look.
+func (im *importer) countNATSDropsLocked() {
+	n, err := im.sub.Dropped()
+	if err != nil || n < 0 {
+		return
+	}
+	if uint64(n) > im.dropped {
+		im.cnt.natsDropped.Add(uint64(n) - im.dropped)
+		im.dropped = uint64(n)
+	}
+}
