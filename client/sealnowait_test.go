@@ -11,26 +11,38 @@ import (
 	"github.com/flybus/flybus/wire"
 )
 
-// pipelineFixture connects a client to the fake router with a store root
-// holding one staging file, and answers an allocation of it.
-func pipelineFixture(t *testing.T) (*Client, *fakeRouter, *ArtifactWriter) {
+// fakeStore makes a store root whose store 0xabc holds a 4-byte staging
+// file of each name, and connects a client with cfg to the fake router
+// under it.
+func fakeStore(t *testing.T, ctx context.Context, cfg Config, names ...string) (*Client, *fakeRouter, wire.StoreID) {
 	t.Helper()
 	root := t.TempDir()
 	storeID := wire.StoreID(0xabc)
 	if err := os.MkdirAll(filepath.Join(root, storeID.String()), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(root, storeID.String(), "stage-1"), make([]byte, 4), 0o600); err != nil {
-		t.Fatal(err)
+	for _, name := range names {
+		if err := os.WriteFile(filepath.Join(root, storeID.String(), name), make([]byte, 4), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
-	ctx := testCtx(t, 10*time.Second)
-	c, f, err := connectFakeWith(t, ctx, Config{ClientID: "sdk-test", StoreRoot: root}, func(f *fakeRouter, msg uint64) {
+	cfg.ClientID, cfg.StoreRoot = "sdk-test", root
+	c, f, err := connectFakeWith(t, ctx, cfg, func(f *fakeRouter, msg uint64) {
 		ok := goodHello()
 		f.replyOK(msg, wire.OpHello, &ok)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c, f, storeID
+}
+
+// pipelineFixture connects a client to the fake router with a store root
+// holding one staging file, and answers an allocation of it.
+func pipelineFixture(t *testing.T) (*Client, *fakeRouter, *ArtifactWriter) {
+	t.Helper()
+	ctx := testCtx(t, 10*time.Second)
+	c, f, storeID := fakeStore(t, ctx, Config{}, "stage-1")
 	type allocated struct {
 		w   *ArtifactWriter
 		err error
@@ -53,22 +65,27 @@ func pipelineFixture(t *testing.T) (*Client, *fakeRouter, *ArtifactWriter) {
 	return c, f, a.w
 }
 
-// sealAndPublish seals w without waiting and publishes it on topic "t",
-// on a goroutine of its own: the fake router's pipe is synchronous.
-func sealAndPublish(ctx context.Context, c *Client, w *ArtifactWriter) (<-chan *Artifact, <-chan error) {
-	sealed := make(chan *Artifact, 1)
-	published := make(chan error, 1)
+// sealAndPublish takes a pipelineFixture's writer, seals it without
+// waiting and publishes it on topic "t", on a goroutine of its own (the
+// fake router's pipe is synchronous). It returns once the fake router has
+// read the seal command.
+func sealAndPublish(t *testing.T) (ctx context.Context, f *fakeRouter, seal *wire.Envelope, sealed <-chan *Artifact, published <-chan error) {
+	t.Helper()
+	c, f, w := pipelineFixture(t)
+	ctx = testCtx(t, 10*time.Second)
+	sealedCh := make(chan *Artifact, 1)
+	publishedCh := make(chan error, 1)
 	go func() {
 		a, err := w.SealNoWait()
 		if err != nil {
-			published <- err
+			publishedCh <- err
 			return
 		}
-		sealed <- a
+		sealedCh <- a
 		_, err = c.Publish(ctx, "t", wire.RawJSON(`{}`), Attach("frame", a))
-		published <- err
+		publishedCh <- err
 	}()
-	return sealed, published
+	return ctx, f, f.command(wire.OpArtifactSeal), sealedCh, publishedCh
 }
 
 // SealNoWait writes the seal at once, and a Publish attaching the artifact
@@ -77,10 +94,7 @@ func sealAndPublish(ctx context.Context, c *Client, w *ArtifactWriter) (<-chan *
 // reference the seal is expected to produce, owned by the writer's id.
 func TestSealNoWaitSendsTheCommandBehindItAtOnce(t *testing.T) {
 	noLeaks(t)
-	c, f, w := pipelineFixture(t)
-	ctx := testCtx(t, 10*time.Second)
-	sealed, published := sealAndPublish(ctx, c, w)
-	seal := f.command(wire.OpArtifactSeal)
+	ctx, f, seal, sealed, published := sealAndPublish(t)
 	sealID := seal.ID
 	var sb wire.Seal
 	if err := seal.DecodeBody(&sb); err != nil || sb.ArtifactID != 7 || sb.Generation != 3 || sb.OwnerID != wire.HoldOwner(1) {
@@ -113,10 +127,7 @@ func TestSealNoWaitSendsTheCommandBehindItAtOnce(t *testing.T) {
 // the router's refusal of the unsealed attachment.
 func TestSealNoWaitFailureIsTheCommandsError(t *testing.T) {
 	noLeaks(t)
-	c, f, w := pipelineFixture(t)
-	ctx := testCtx(t, 10*time.Second)
-	sealed, published := sealAndPublish(ctx, c, w)
-	seal := f.command(wire.OpArtifactSeal)
+	ctx, f, seal, sealed, published := sealAndPublish(t)
 	sealID := seal.ID
 	pub := f.command(wire.OpPublish)
 	f.send(wire.Header{Kind: wire.KindReply, Op: wire.OpArtifactSeal, ReplyTo: wire.Some(wire.MsgID(sealID))},
@@ -146,24 +157,8 @@ func TestSealNoWaitFailureIsTheCommandsError(t *testing.T) {
 // reports what holds then.
 func TestAllocateAheadRefusedFallsBack(t *testing.T) {
 	noLeaks(t)
-	root := t.TempDir()
-	storeID := wire.StoreID(0xabc)
-	if err := os.MkdirAll(filepath.Join(root, storeID.String()), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"stage-1", "stage-2"} {
-		if err := os.WriteFile(filepath.Join(root, storeID.String(), name), make([]byte, 4), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
 	ctx := testCtx(t, 10*time.Second)
-	c, f, err := connectFakeWith(t, ctx, Config{ClientID: "sdk-test", StoreRoot: root, AllocateAhead: 1}, func(f *fakeRouter, msg uint64) {
-		ok := goodHello()
-		f.replyOK(msg, wire.OpHello, &ok)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, f, storeID := fakeStore(t, ctx, Config{AllocateAhead: 1}, "stage-1", "stage-2")
 	allocate := func(rel string, owner uint64) <-chan error {
 		done := make(chan error, 1)
 		go func() {

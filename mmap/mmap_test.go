@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flybus/flybus/internal/leakcheck"
 	"github.com/flybus/flybus/internal/shmtest"
 	"github.com/flybus/flybus/mmap"
 )
@@ -32,34 +31,22 @@ func writeFile(t testing.TB, dir string, data []byte) string {
 	return p
 }
 
-func mappings(t testing.TB, dir string) int {
+func openRead(t testing.TB, p string) *os.File {
 	t.Helper()
-	n, err := leakcheck.Mappings(dir)
+	f, err := os.Open(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return n
-}
-
-func fds(t testing.TB) int {
-	t.Helper()
-	n, err := leakcheck.FDs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return f
 }
 
 func TestView(t *testing.T) {
 	dir := shmtest.Dir(t, "flybus-mmap-test-")
 	want := pattern(1228800)
 	p := writeFile(t, dir, want)
-	fdsBefore := fds(t)
+	fdsBefore := shmtest.FDs(t)
 
-	f, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openRead(t, p)
 	v, err := mmap.MapFile(f, int64(len(want)))
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +59,7 @@ func TestView(t *testing.T) {
 	if !bytes.Equal(v.Bytes(), want) || v.Len() != len(want) {
 		t.Fatal("view bytes differ from the file")
 	}
-	if n := mappings(t, dir); n != 1 {
+	if n := shmtest.Mappings(t, dir); n != 1 {
 		t.Fatalf("mappings while open = %d, want 1", n)
 	}
 	if err := v.Close(); err != nil {
@@ -84,10 +71,10 @@ func TestView(t *testing.T) {
 	if v.Bytes() != nil || v.Len() != 0 {
 		t.Fatal("Bytes after Close is not nil")
 	}
-	if n := mappings(t, dir); n != 0 {
+	if n := shmtest.Mappings(t, dir); n != 0 {
 		t.Fatalf("mappings after Close = %d, want 0", n)
 	}
-	if n := fds(t); n != fdsBefore {
+	if n := shmtest.FDs(t); n != fdsBefore {
 		t.Fatalf("descriptors: %d before, %d after", fdsBefore, n)
 	}
 }
@@ -96,10 +83,7 @@ func TestViewOutlivesUnlink(t *testing.T) {
 	dir := shmtest.Dir(t, "flybus-mmap-test-")
 	want := pattern(3 * 4096)
 	p := writeFile(t, dir, want)
-	f, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openRead(t, p)
 	v, err := mmap.MapFile(f, int64(len(want)))
 	f.Close()
 	if err != nil {
@@ -113,7 +97,7 @@ func TestViewOutlivesUnlink(t *testing.T) {
 		t.Fatal("view changed after unlink")
 	}
 	// The kernel still lists the mapping, marked deleted.
-	if n := mappings(t, dir); n != 1 {
+	if n := shmtest.Mappings(t, dir); n != 1 {
 		t.Fatalf("mappings of unlinked file = %d, want 1", n)
 	}
 }
@@ -121,10 +105,7 @@ func TestViewOutlivesUnlink(t *testing.T) {
 func TestViewSizes(t *testing.T) {
 	dir := shmtest.Dir(t, "flybus-mmap-test-")
 	p := writeFile(t, dir, pattern(100))
-	f, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openRead(t, p)
 	defer f.Close()
 
 	// A prefix is fine, and may end inside a page.
@@ -142,7 +123,7 @@ func TestViewSizes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Len() != 0 || mappings(t, dir) != 0 {
+	if v.Len() != 0 || shmtest.Mappings(t, dir) != 0 {
 		t.Fatal("empty view mapped something")
 	}
 	if err := v.Close(); err != nil {
@@ -157,7 +138,7 @@ func TestViewSizes(t *testing.T) {
 			t.Errorf("MapWritable(size %d) = %v, want ErrSize", size, err)
 		}
 	}
-	if n := mappings(t, dir); n != 0 {
+	if n := shmtest.Mappings(t, dir); n != 0 {
 		t.Fatalf("refused maps left %d mappings", n)
 	}
 }
@@ -193,7 +174,7 @@ func TestWritable(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Fatal("file does not hold what was written through the mapping")
 	}
-	if n := mappings(t, dir); n != 0 {
+	if n := shmtest.Mappings(t, dir); n != 0 {
 		t.Fatalf("mappings after Close = %d, want 0", n)
 	}
 }
@@ -201,10 +182,7 @@ func TestWritable(t *testing.T) {
 func TestWritableNeedsWriteAccess(t *testing.T) {
 	dir := shmtest.Dir(t, "flybus-mmap-test-")
 	p := writeFile(t, dir, pattern(4096))
-	f, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openRead(t, p)
 	defer f.Close()
 	if w, err := mmap.MapWritable(f, 4096); err == nil {
 		w.Close()
@@ -214,10 +192,7 @@ func TestWritableNeedsWriteAccess(t *testing.T) {
 
 // forget maps a view and drops it without Close.
 func forget(t *testing.T, p string) {
-	f, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openRead(t, p)
 	defer f.Close()
 	if _, err := mmap.MapFile(f, 4096); err != nil {
 		t.Fatal(err)
@@ -229,7 +204,7 @@ func TestLeakedViewIsUnmapped(t *testing.T) {
 	p := writeFile(t, dir, pattern(4096))
 	before := mmap.Leaked()
 	forget(t, p)
-	if n := mappings(t, dir); n != 1 {
+	if n := shmtest.Mappings(t, dir); n != 1 {
 		t.Fatalf("mappings = %d, want 1", n)
 	}
 	// Cleanups run on their own goroutine after a collection finds the view
@@ -242,7 +217,7 @@ func TestLeakedViewIsUnmapped(t *testing.T) {
 		runtime.GC()
 		runtime.Gosched()
 	}
-	if n := mappings(t, dir); n != 0 {
+	if n := shmtest.Mappings(t, dir); n != 0 {
 		t.Fatalf("mappings after cleanup = %d, want 0", n)
 	}
 }

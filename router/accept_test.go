@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/flybus/flybus/client"
-	"github.com/flybus/flybus/internal/leakcheck"
+	"github.com/flybus/flybus/internal/shmtest"
 	"github.com/flybus/flybus/router"
 	"github.com/flybus/flybus/wire"
 	"golang.org/x/sys/unix"
@@ -109,9 +109,7 @@ func TestAcceptSurvivesEMFILE(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a client after the descriptors were freed: %v", err)
 	}
-	if _, err := c.DeclareTopic(ctx, "alive", wire.RetainNone); err != nil {
-		t.Fatal(err)
-	}
+	mustDeclare(t, c, "alive", wire.RetainNone)
 	c.Close()
 	io.WriteString(stdin, "quit\n")
 	expect("stopped")
@@ -133,10 +131,7 @@ func acceptHelper(t *testing.T, sock string) {
 	if _, err := r.ListenUnix(sock); err != nil {
 		t.Fatal(err)
 	}
-	n, err := leakcheck.FDs()
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := shmtest.FDs(t)
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
 		t.Fatal(err)

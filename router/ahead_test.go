@@ -31,13 +31,8 @@ func TestAllocateAheadServesRepeatedSizes(t *testing.T) {
 		ctx := ctxT(t)
 		prod := h.dialWith("producer", client.Config{AllocateAhead: 1})
 		cons := h.dial("consumer")
-		if _, err := prod.DeclareTopic(ctx, "frames", wire.RetainNone); err != nil {
-			t.Fatal(err)
-		}
-		sub, err := cons.Subscribe(ctx, "frames", client.Bounded())
-		if err != nil {
-			t.Fatal(err)
-		}
+		mustDeclare(t, prod, "frames", wire.RetainNone)
+		sub := mustSubscribe(t, ctx, cons, "frames", client.Bounded())
 		const frames = 8
 		for i := range frames {
 			data := frameBytes(byte(i), 32<<10)
@@ -78,11 +73,11 @@ func TestAllocateAheadServesRepeatedSizes(t *testing.T) {
 // sendFrame allocates n bytes, seals them without waiting and publishes
 // them on topic "sink": the frame that makes an AllocateAhead client
 // prepare its next allocation. The caller closes the artifact.
-func sendFrame(t *testing.T, c *client.Client, n int64) (*client.Artifact, error) {
+func sendFrame(t *testing.T, c *client.Client, n int64) *client.Artifact {
 	t.Helper()
 	w, err := c.Artifacts().Allocate(ctxT(t), n, "a/b")
 	if err != nil {
-		return nil, err
+		t.Fatal(err)
 	}
 	a, err := w.SealNoWait()
 	if err != nil {
@@ -91,7 +86,7 @@ func sendFrame(t *testing.T, c *client.Client, n int64) (*client.Artifact, error
 	if _, err := c.Publish(ctxT(t), "sink", map[string]int{}, client.Attach("frame", a)); err != nil {
 		t.Fatal(err)
 	}
-	return a, nil
+	return a
 }
 
 // Allocations are prepared once a frame has gone out, not while it is
@@ -102,9 +97,7 @@ func TestAllocateAheadPreparesAfterTheFrameAndEvicts(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		prod := h.dialWith("producer", client.Config{AllocateAhead: 1})
-		if _, err := prod.DeclareTopic(ctx, "sink", wire.RetainNone); err != nil {
-			t.Fatal(err)
-		}
+		mustDeclare(t, prod, "sink", wire.RetainNone)
 		w, err := prod.Artifacts().Allocate(ctx, 1<<20, "a/b")
 		if err != nil {
 			t.Fatal(err)
@@ -113,20 +106,12 @@ func TestAllocateAheadPreparesAfterTheFrameAndEvicts(t *testing.T) {
 		if st := prod.Stats(); st.PreparedWriters != 0 {
 			t.Fatalf("%d allocations prepared before any frame went out", st.PreparedWriters)
 		}
-		a1, err := sendFrame(t, prod, 1<<20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a1.Close()
+		sendFrame(t, prod, 1<<20).Close()
 		if st := prod.Stats(); st.PreparedWriters != 1 {
 			t.Fatalf("%d allocations prepared after a frame went out, want 1", st.PreparedWriters)
 		}
 		// A second size: the first one's prepared allocation goes.
-		a2, err := sendFrame(t, prod, 1<<10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		a2.Close()
+		sendFrame(t, prod, 1<<10).Close()
 		waitFor(t, "the evicted allocation released", func() bool { return prod.Stats().PreparedReleased == 1 })
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
@@ -149,13 +134,8 @@ func TestOpenAheadServesViews(t *testing.T) {
 		ctx := ctxT(t)
 		prod := h.dial("producer")
 		cons := h.dialWith("consumer", client.Config{OpenAhead: true})
-		if _, err := prod.DeclareTopic(ctx, "frames", wire.RetainNone); err != nil {
-			t.Fatal(err)
-		}
-		sub, err := cons.Subscribe(ctx, "frames", client.Bounded())
-		if err != nil {
-			t.Fatal(err)
-		}
+		mustDeclare(t, prod, "frames", wire.RetainNone)
+		sub := mustSubscribe(t, ctx, cons, "frames", client.Bounded())
 		const frames = 6
 		for i := range frames {
 			data := frameBytes(byte(i), 32<<10)
@@ -164,10 +144,7 @@ func TestOpenAheadServesViews(t *testing.T) {
 				t.Fatal(err)
 			}
 			a.Close()
-			m, err := sub.Next(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := nextMessage(t, ctx, sub)
 			if i == frames-1 { // never viewed
 				m.Close()
 				break

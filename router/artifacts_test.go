@@ -83,15 +83,9 @@ func sealedPaths(t *testing.T, h *harness) []string {
 func viewFrame(t *testing.T, ctx context.Context, m *client.Message) []byte {
 	t.Helper()
 	defer m.Close()
-	fa, err := m.Artifact("frame")
-	if err != nil {
-		t.Fatal(err)
-	}
+	fa := mustArtifact(t, m, "frame")
 	defer fa.Close()
-	v, err := fa.View(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := mustMap(t, ctx, fa)
 	defer v.Close()
 	return bytes.Clone(v.Bytes())
 }
@@ -100,15 +94,9 @@ func viewFrame(t *testing.T, ctx context.Context, m *client.Message) []byte {
 // artifact.open and the store's read-only resolution.
 func readSealed(t *testing.T, h *harness, r *raw, sealed wire.SealOK) []byte {
 	t.Helper()
-	r.command(wire.OpArtifactOpen, &wire.RefOwner{Ref: sealed.Ref, OwnerID: sealed.OwnerID})
 	var op wire.OpenOK
-	if be := r.reply(&op); be != nil {
-		t.Fatal(be)
-	}
-	rf, err := store.OpenRead(h.root, op.ReadLocation.StoreID.String(), op.ReadLocation.RelativePath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rawOK(t, r, wire.OpArtifactOpen, &wire.RefOwner{Ref: sealed.Ref, OwnerID: sealed.OwnerID}, &op)
+	rf := openLocation(t, h, store.OpenRead, op.ReadLocation)
 	defer rf.Close()
 	got := make([]byte, sealed.Ref.ByteLength)
 	if _, err := rf.ReadAt(got, 0); err != nil {
@@ -144,10 +132,7 @@ func TestAllocateWriteSealRead(t *testing.T) {
 		if err != nil || !bytes.Equal(got, data) {
 			t.Fatalf("ReadAll: %v, equal=%v", err, bytes.Equal(got, data))
 		}
-		v, err := a.View(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		v := mustMap(t, ctx, a)
 		if !bytes.Equal(v.Bytes(), data) {
 			t.Fatal("view bytes differ")
 		}
@@ -175,9 +160,7 @@ func TestAllocateWriteSealRead(t *testing.T) {
 // order, so anything c queued before is processed when this returns.
 func barrier(t *testing.T, c *client.Client) {
 	t.Helper()
-	if _, err := c.DeclareTopic(ctxT(t), "test.barrier", wire.RetainNone); err != nil {
-		t.Fatal(err)
-	}
+	mustDeclare(t, c, "test.barrier", wire.RetainNone)
 }
 
 func findSealed(t *testing.T, h *harness) string {
@@ -272,10 +255,7 @@ func TestFanOutSharesOneFile(t *testing.T) {
 		a.Close() // the producer lets go at once: deliveries own it now
 		var msgs []*client.Message
 		for _, s := range subs {
-			m, err := s.Next(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := nextMessage(t, ctx, s)
 			msgs = append(msgs, m)
 		}
 		if n := sealedFiles(t, h); n != 1 {
@@ -311,22 +291,13 @@ func TestExtractedArtifactOutlivesItsMessage(t *testing.T) {
 		a := produce(t, prod, data)
 		prod.Publish(ctx, "frames", nil, client.Attach("frame", a))
 		a.Close()
-		m, err := s.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		img, err := m.Artifact("frame")
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := nextMessage(t, ctx, s)
+		img := mustArtifact(t, m, "frame")
 		if _, err := m.Artifact("nope"); !errors.Is(err, client.ErrNoAttachment) {
 			t.Fatalf("missing attachment: %v", err)
 		}
 		m.Close() // the image still holds the delivery
-		v, err := img.View(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		v := mustMap(t, ctx, img)
 		img.Close() // the view still holds it
 		barrier(t, cons)
 		waitFor(t, "the producer's hold to go", func() bool { return h.r.Stats().ArtifactRoots == 1 })
@@ -356,17 +327,11 @@ func TestForwardBeforeRelease(t *testing.T) {
 		a.Close()
 		m, _ := s.Next(ctx)
 		img, _ := m.Artifact("frame")
-		p, err := coord.Call(ctx, "agent.fly-a", 0, "Agent.Step", nil, client.Attach("frame", img))
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := mustCall(t, ctx, coord, "agent.fly-a", 0, "Agent.Step", nil, client.Attach("frame", img))
 		img.Close()
 		m.Close() // the coordinator's delivery is gone; the request still owns the frame
 		req, _ := svc.Next(ctx)
-		fa, err := req.Artifact("frame")
-		if err != nil {
-			t.Fatal(err)
-		}
+		fa := mustArtifact(t, req, "frame")
 		got, err := fa.ReadAll(ctx)
 		if err != nil || !bytes.Equal(got, data) {
 			t.Fatalf("forwarded bytes: %v", err)
@@ -386,8 +351,7 @@ func TestForwardBeforeRelease(t *testing.T) {
 func TestEndpointCacheReplaysArtifactResults(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		agent, caller := h.dial("agent"), h.dial("caller")
-		svc, _ := agent.Register(ctx, "agent.render", client.ServiceConfig{})
+		agent, caller, svc := h.serviceAndCaller("agent", "agent.render", client.ServiceConfig{})
 		data := frameBytes(6, 8192)
 		var cache *client.Artifact // by domain request id "r-1"
 		serve := func() {
@@ -407,10 +371,7 @@ func TestEndpointCacheReplaysArtifactResults(t *testing.T) {
 		p1.Close() // the caller gave up: its result is consumed unseen (a lost reply)
 		p2, _ := caller.Call(ctx, "agent.render", 0, "Render", map[string]string{"requestId": "r-1"})
 		serve()
-		res, err := p2.Result(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := mustResult(t, ctx, p2)
 		img, _ := res.Artifact("image")
 		got, err := img.ReadAll(ctx)
 		if err != nil || !bytes.Equal(got, data) {
@@ -440,11 +401,8 @@ func TestReleaseWatermarksAndConnectionScopedOwners(t *testing.T) {
 		// test watermarks with a raw client that owns a hold of its own.
 		ra := newRaw(t, h.conn(""))
 		ra.hello("rawa")
-		ra.command(wire.OpArtifactAllocate, &wire.Allocate{ByteLength: 16, ContentType: "x/y"})
 		var alloc wire.AllocateOK
-		if be := ra.reply(&alloc); be != nil {
-			t.Fatal(be)
-		}
+		rawOK(t, ra, wire.OpArtifactAllocate, &wire.Allocate{ByteLength: 16, ContentType: "x/y"}, &alloc)
 		ra.command(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{{N: alloc.OwnerID.N + 5}}})
 		if be := ra.reply(&wire.Released{}); be == nil || be.Code != wire.ErrOwnerInvalid {
 			t.Fatalf("never-issued id: %v", be)
@@ -471,22 +429,13 @@ func TestSealWithLiveWriterFallsBackToCopy(t *testing.T) {
 		r := newRaw(t, h.conn(""))
 		r.hello("rawp")
 		data := frameBytes(2, 8192)
-		r.command(wire.OpArtifactAllocate, &wire.Allocate{ByteLength: 8192, ContentType: "x/y"})
 		var alloc wire.AllocateOK
-		if be := r.reply(&alloc); be != nil {
-			t.Fatal(be)
-		}
-		f, err := store.OpenWrite(h.root, alloc.WriteLocation.StoreID.String(), alloc.WriteLocation.RelativePath)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rawOK(t, r, wire.OpArtifactAllocate, &wire.Allocate{ByteLength: 8192, ContentType: "x/y"}, &alloc)
+		f := openLocation(t, h, store.OpenWrite, alloc.WriteLocation)
 		defer f.Close()
 		f.WriteAt(data, 0)
-		r.command(wire.OpArtifactSeal, &wire.Seal{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID})
 		var sealed wire.SealOK
-		if be := r.reply(&sealed); be != nil {
-			t.Fatal(be)
-		}
+		rawOK(t, r, wire.OpArtifactSeal, &wire.Seal{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID}, &sealed)
 		if s := h.r.Stats(); s.CopySeals != 1 || s.LeaseSeals != 0 {
 			t.Fatalf("seal path: %+v", s)
 		}
@@ -518,10 +467,7 @@ func TestSealWithLiveMappingFallsBackToCopy(t *testing.T) {
 		r := newRaw(t, h.conn(""))
 		r.hello("rawm")
 		alloc := rawAllocate(t, r, 16384)
-		f, err := store.OpenWrite(h.root, alloc.WriteLocation.StoreID.String(), alloc.WriteLocation.RelativePath)
-		if err != nil {
-			t.Fatal(err)
-		}
+		f := openLocation(t, h, store.OpenWrite, alloc.WriteLocation)
 		m, err := mmap.MapWritable(f, 16384)
 		f.Close() // only the mapping keeps the file open now
 		if err != nil {
@@ -530,11 +476,8 @@ func TestSealWithLiveMappingFallsBackToCopy(t *testing.T) {
 		defer m.Close()
 		data := frameBytes(3, 16384)
 		copy(m.Bytes(), data)
-		r.command(wire.OpArtifactSeal, &wire.Seal{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID})
 		var sealed wire.SealOK
-		if be := r.reply(&sealed); be != nil {
-			t.Fatal(be)
-		}
+		rawOK(t, r, wire.OpArtifactSeal, &wire.Seal{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID}, &sealed)
 		if s := h.r.Stats(); s.CopySeals != 1 || s.LeaseSeals != 0 {
 			t.Fatalf("seal path with a live mapping: %+v", s)
 		}
@@ -617,10 +560,7 @@ func TestDisconnectReleasesOwnershipWithoutTouchingMappedBytes(t *testing.T) {
 		a.Close()
 		m, _ := s.Next(ctx)
 		img, _ := m.Artifact("frame")
-		v, err := img.View(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		v := mustMap(t, ctx, img)
 		cons.Close() // the connection goes with the view still mapped
 		waitFor(t, "the router to collect", settled(h))
 		if sealedFiles(t, h) != 0 {
@@ -637,10 +577,7 @@ func TestDisconnectReleasesOwnershipWithoutTouchingMappedBytes(t *testing.T) {
 
 func TestRouterRestartInvalidatesOldHandles(t *testing.T) {
 	root := shmtest.Dir(t, "flybus-test-")
-	r1, err := router.New(router.Config{Policy: router.OpenPolicy(), StoreRoot: root})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r1 := openRouterOn(t, root)
 	nc, _ := r1.ConnectInMemory()
 	c, err := client.Connect(ctxT(t), nc, client.Config{ClientID: "p", StoreRoot: root})
 	if err != nil {
@@ -655,17 +592,11 @@ func TestRouterRestartInvalidatesOldHandles(t *testing.T) {
 		t.Fatalf("old handle after restart: %v", err)
 	}
 	a.Close()
-	r2, err := router.New(router.Config{Policy: router.OpenPolicy(), StoreRoot: root})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r2 := openRouterOn(t, root)
 	defer r2.Shutdown(context.Background())
 	// An old reference presented to the new router names a store
 	// incarnation that is gone.
-	nc2, err := r2.ConnectInMemory()
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc2 := inMemory(t, r2)
 	r := newRaw(t, nc2)
 	r.hello("raw")
 	r.command(wire.OpArtifactOpen, &wire.RefOwner{Ref: oldRef, OwnerID: wire.HoldOwner(1)})
@@ -683,15 +614,9 @@ func TestMismatchedRefIsRefused(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		r := newRaw(t, h.conn(""))
 		r.hello("rawp")
-		r.command(wire.OpTopicDeclare, &wire.Declare{Name: "t", Retained: wire.RetainNone})
-		if be := r.reply(&wire.DeclareOK{}); be != nil {
-			t.Fatal(be)
-		}
-		r.command(wire.OpArtifactAllocate, &wire.Allocate{ByteLength: 16, ContentType: "x/y"})
+		rawOK(t, r, wire.OpTopicDeclare, &wire.Declare{Name: "t", Retained: wire.RetainNone}, &wire.DeclareOK{})
 		var alloc wire.AllocateOK
-		if be := r.reply(&alloc); be != nil {
-			t.Fatal(be)
-		}
+		rawOK(t, r, wire.OpArtifactAllocate, &wire.Allocate{ByteLength: 16, ContentType: "x/y"}, &alloc)
 		r.command(wire.OpArtifactSeal, &wire.Seal{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID})
 		var sealed wire.SealOK
 		if be := r.reply(&sealed); be != nil {

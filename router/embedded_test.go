@@ -55,20 +55,14 @@ func TestEmbeddedRouterHasAPrivateStore(t *testing.T) {
 		t.Fatalf("private root: %v %v", fi.Mode(), err)
 	}
 	ctx := ctxT(t)
-	nc, err := r.ConnectInMemory()
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc := inMemory(t, r)
 	c, err := client.Connect(ctx, nc, client.Config{ClientID: "embedded"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	data := frameBytes(9, 1000)
 	a := produce(t, c, data)
-	v, err := a.View(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := mustMap(t, ctx, a)
 	if !bytes.Equal(v.Bytes(), data) {
 		t.Fatal("viewed bytes differ")
 	}
@@ -118,8 +112,6 @@ func TestStoreRootIsOnlyLearnedFromTheRouter(t *testing.T) {
 		if _, err := c.Artifacts().Allocate(ctxT(t), 10, "x"); !errors.Is(err, client.ErrNoStoreRoot) {
 			t.Fatalf("allocate: %v", err)
 		}
-		if _, err := c.DeclareTopic(ctxT(t), "still.up", wire.RetainNone); err != nil {
-			t.Fatal(err)
-		}
+		mustDeclare(t, c, "still.up", wire.RetainNone)
 	})
 }

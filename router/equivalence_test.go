@@ -222,10 +222,7 @@ func rpcScenario(t *testing.T, h *harness, tr *trace) {
 	}
 	take := func() *client.Request {
 		t.Helper()
-		req, err := svc.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		req := nextRequest(t, ctx, svc)
 		tr.record("request", "method", req.Method, "payload", req.Payload, "caller", req.Caller.ClientID)
 		return req
 	}
@@ -277,10 +274,7 @@ func rpcScenario(t *testing.T, h *harness, tr *trace) {
 	routed, err = r2.Reply(ctx, counterResult{Total: 21})
 	tr.record("reply-twice", "routed", routed, "err", err)
 	r2.Close()
-	res, err := p2.Result(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := mustResult(t, ctx, p2)
 	st, err = p2.Cancel(ctx)
 	tr.record("cancel-completed", "state", st, "err", err)
 	res.Close()
@@ -339,10 +333,7 @@ func pubsubScenario(t *testing.T, h *harness, tr *trace) {
 	}
 	got := func(what string, s *client.Subscription) *client.Message {
 		t.Helper()
-		m, err := s.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := nextMessage(t, ctx, s)
 		tr.record(what, "topic", m.Topic, "seq", m.TopicSequence, "replaced", m.Replaced, "payload", m.Payload)
 		return m
 	}
@@ -369,15 +360,9 @@ func pubsubScenario(t *testing.T, h *harness, tr *trace) {
 	publish(3) // replaces 2 in the latest slot; bounded holds 2 and 3
 	publish(4) // the bounded queue is full: the whole publication is refused
 	stats("after-overflow")
-	bimg, err := bm1.Artifact("frame")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bimg := mustArtifact(t, bm1, "frame")
 	readArt("bounded-frame", bimg)
-	limg, err := lm1.Artifact("frame")
-	if err != nil {
-		t.Fatal(err)
-	}
+	limg := mustArtifact(t, lm1, "frame")
 	lm1.Close() // the extracted artifact still holds the delivery and its credit
 	stats("latest-message-closed")
 	bimg.Close()
@@ -392,10 +377,7 @@ func pubsubScenario(t *testing.T, h *harness, tr *trace) {
 	late, err := sub.Subscribe(ctx, "eq.frames", client.Latest().Replay(true))
 	tr.record("subscribe-replay", "err", err)
 	replay := got("replay", late)
-	img, err := replay.Artifact("frame")
-	if err != nil {
-		t.Fatal(err)
-	}
+	img := mustArtifact(t, replay, "frame")
 	readArt("replay-frame", img)
 	img.Close()
 	replay.Close()

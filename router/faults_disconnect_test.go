@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/flybus/flybus/client"
-	"github.com/flybus/flybus/internal/leakcheck"
+	"github.com/flybus/flybus/internal/shmtest"
 	"github.com/flybus/flybus/router"
 	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
@@ -46,11 +46,7 @@ func cut(c *client.Client, nc net.Conn) {
 // unlinked ones included.
 func storeMaps(t *testing.T, h *harness) int {
 	t.Helper()
-	n, err := leakcheck.Mappings(h.root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return shmtest.Mappings(t, h.root)
 }
 
 // requireDrained waits until the router holds nothing an application could
@@ -73,10 +69,7 @@ func requireDrained(t *testing.T, h *harness, maps0 int) {
 // mustView maps an artifact and checks its bytes.
 func mustView(t *testing.T, a *client.Artifact, want []byte) *client.ArtifactView {
 	t.Helper()
-	v, err := a.View(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := mustMap(t, ctxT(t), a)
 	if !bytes.Equal(v.Bytes(), want) {
 		t.Fatal("mapped bytes differ from what the producer wrote")
 	}
@@ -120,14 +113,8 @@ func TestFaultSenderDropsAfterAdmission(t *testing.T) {
 		maps0 := storeMaps(t, h)
 		sub, agent := h.dial("sd-sub"), h.dial("sd-agent")
 		mustDeclare(t, sub, "fault.frames", wire.RetainNone)
-		s, err := sub.Subscribe(ctx, "fault.frames", client.Bounded().InFlight(4))
-		if err != nil {
-			t.Fatal(err)
-		}
-		svc, err := agent.Register(ctx, "fault.agent", client.ServiceConfig{MaxQueued: 4, MaxInFlight: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustSubscribe(t, ctx, sub, "fault.frames", client.Bounded().InFlight(4))
+		svc := mustRegister(t, ctx, agent, "fault.agent", client.ServiceConfig{MaxQueued: 4, MaxInFlight: 1})
 		pub, pubNC := dialKept(t, h, "sd-pub")
 		caller, callerNC := dialKept(t, h, "sd-caller")
 		pubData, callData := frameBytes(11, 70_000), frameBytes(12, 50_000)
@@ -139,16 +126,10 @@ func TestFaultSenderDropsAfterAdmission(t *testing.T) {
 		if err != nil || rc.Subscribers != 1 {
 			t.Fatalf("publish: %+v %v", rc, err)
 		}
-		p, err := caller.Call(ctx, "fault.agent", svc.Incarnation(), "Agent.Step", tick{N: 2}, client.Attach("frame", attached))
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := mustCall(t, ctx, caller, "fault.agent", svc.Incarnation(), "Agent.Step", tick{N: 2}, client.Attach("frame", attached))
 		// Written to the service (its only credit is taken), not yet read.
 		settle(t, h, "the first call to be dispatched", func(s router.Stats) bool { return s.ReplyCapabilities == 1 })
-		pq, err := caller.Call(ctx, "fault.agent", svc.Incarnation(), "Agent.Step", tick{N: 3}, client.Attach("frame", queuedArt))
-		if err != nil {
-			t.Fatal(err)
-		}
+		pq := mustCall(t, ctx, caller, "fault.agent", svc.Incarnation(), "Agent.Step", tick{N: 3}, client.Attach("frame", queuedArt))
 		// Both senders drop with every handle still open.
 		cut(pub, pubNC)
 		cut(caller, callerNC)
@@ -178,23 +159,14 @@ func TestFaultSenderDropsAfterAdmission(t *testing.T) {
 		if n != 1 {
 			t.Fatalf("delivered %d", n)
 		}
-		img, err := m.Artifact("frame")
-		if err != nil {
-			t.Fatal(err)
-		}
+		img := mustArtifact(t, m, "frame")
 		v := mustView(t, img, pubData)
-		req, err := svc.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		req := nextRequest(t, ctx, svc)
 		var got tick
 		if err := req.Decode(&got); err != nil || got.N != 2 || req.Caller.ClientID != "sd-caller" {
 			t.Fatalf("request %+v from %+v: %v", got, req.Caller, err)
 		}
-		fa, err := req.Artifact("frame")
-		if err != nil {
-			t.Fatal(err)
-		}
+		fa := mustArtifact(t, req, "frame")
 		mustRead(t, fa, callData)
 		// The caller is gone: the answer goes nowhere and roots nothing.
 		if routed, err := req.Reply(ctx, nil); err != nil || routed {
@@ -205,14 +177,8 @@ func TestFaultSenderDropsAfterAdmission(t *testing.T) {
 		v.Close()
 		img.Close()
 		m.Close()
-		probe, err := sub.Call(ctx, "fault.agent", svc.Incarnation(), "Agent.Step", tick{N: 4})
-		if err != nil {
-			t.Fatal(err)
-		}
-		req, err = svc.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		probe := mustCall(t, ctx, sub, "fault.agent", svc.Incarnation(), "Agent.Step", tick{N: 4})
+		req = nextRequest(t, ctx, svc)
 		if err := req.Decode(&got); err != nil || got.N != 4 {
 			t.Fatalf("after the credit returned the service got %+v: the dropped caller's queued call ran (%v)", got, err)
 		}
@@ -227,32 +193,17 @@ func TestFaultSenderDropsAfterAdmission(t *testing.T) {
 		// A responder that drops right after its reply is admitted: the
 		// result already owns its artifact.
 		resp, respNC := dialKept(t, h, "sd-responder")
-		render, err := resp.Register(ctx, "fault.render", client.ServiceConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pc, err := sub.Call(ctx, "fault.render", render.Incarnation(), "Render", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rq, err := render.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		render := mustRegister(t, ctx, resp, "fault.render", client.ServiceConfig{})
+		pc := mustCall(t, ctx, sub, "fault.render", render.Incarnation(), "Render", nil)
+		rq := nextRequest(t, ctx, render)
 		resData := frameBytes(14, 30_000)
 		out := produce(t, resp, resData)
 		if routed, err := rq.Reply(ctx, nil, client.Attach("image", out)); err != nil || !routed {
 			t.Fatalf("reply: routed=%v %v", routed, err)
 		}
 		cut(resp, respNC)
-		res, err := pc.Result(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ra, err := res.Artifact("image")
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := mustResult(t, ctx, pc)
+		ra := mustArtifact(t, res, "image")
 		res.Close()
 		churn(t, sub, len(resData), 3)
 		mustRead(t, ra, resData)
@@ -276,10 +227,7 @@ func TestFaultConsumerDiesMidRead(t *testing.T) {
 		mustDeclare(t, pub, "fault.mid", wire.RetainNone)
 		for i, abrupt := range []bool{false, true} {
 			cons, consNC := dialKept(t, h, fmt.Sprintf("cd-cons-%d", i))
-			s, err := cons.Subscribe(ctx, "fault.mid", client.Latest())
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := mustSubscribe(t, ctx, cons, "fault.mid", client.Latest())
 			data := frameBytes(byte(20+i), frameSize)
 			a := produce(t, pub, data)
 			if _, err := pub.Publish(ctx, "fault.mid", tick{N: i}, client.Attach("frame", a)); err != nil {
@@ -287,10 +235,7 @@ func TestFaultConsumerDiesMidRead(t *testing.T) {
 			}
 			a.Close()
 			m, _ := next(t, s)
-			img, err := m.Artifact("frame")
-			if err != nil {
-				t.Fatal(err)
-			}
+			img := mustArtifact(t, m, "frame")
 			v := mustView(t, img, data)
 			if n := storeMaps(t, h); n != maps0+1 {
 				t.Fatalf("one view, %d mappings over %d", n, maps0)
@@ -330,25 +275,13 @@ func TestFaultConsumerDiesMidRead(t *testing.T) {
 		// A service dies while it reads a request's artifact.
 		caller := h.dial("cd-caller")
 		worker, workerNC := dialKept(t, h, "cd-worker")
-		svc, err := worker.Register(ctx, "fault.reader", client.ServiceConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		svc := mustRegister(t, ctx, worker, "fault.reader", client.ServiceConfig{})
 		data := frameBytes(30, 200_000)
 		a := produce(t, caller, data)
-		p, err := caller.Call(ctx, "fault.reader", svc.Incarnation(), "Read", nil, client.Attach("frame", a))
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := mustCall(t, ctx, caller, "fault.reader", svc.Incarnation(), "Read", nil, client.Attach("frame", a))
 		a.Close()
-		req, err := svc.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fa, err := req.Artifact("frame")
-		if err != nil {
-			t.Fatal(err)
-		}
+		req := nextRequest(t, ctx, svc)
+		fa := mustArtifact(t, req, "frame")
 		v := mustView(t, fa, data)
 		cut(worker, workerNC)
 		if _, err := p.Result(ctx); code(t, err) != wire.ErrNoService || dispatchOf(t, err) != wire.Dispatched {
@@ -395,10 +328,7 @@ func TestFaultConnectionLostMidCommand(t *testing.T) {
 		maps0 := storeMaps(t, h)
 		admin := h.dial("lm-admin")
 		mustDeclare(t, admin, "fault.lost", wire.RetainNone)
-		svc, err := admin.Register(ctx, "fault.lost.svc", client.ServiceConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		svc := mustRegister(t, ctx, admin, "fault.lost.svc", client.ServiceConfig{})
 		ops := []struct {
 			op  wire.Op
 			run func(c *client.Client) error

@@ -27,10 +27,7 @@ func TestFaultLostReply(t *testing.T) {
 		ctx := ctxT(t)
 		maps0 := storeMaps(t, h)
 		endpoint := h.dial("lr-endpoint")
-		svc, err := endpoint.Register(ctx, "fault.cache", client.ServiceConfig{MaxQueued: 4, MaxInFlight: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
+		svc := mustRegister(t, ctx, endpoint, "fault.cache", client.ServiceConfig{MaxQueued: 4, MaxInFlight: 1})
 		data := frameBytes(40, 100_000)
 		cache := produce(t, endpoint, data) // the endpoint's cache entry for request r-1
 		type attempt struct {
@@ -40,19 +37,13 @@ func TestFaultLostReply(t *testing.T) {
 		admitted, served := 0, 0
 		call := func(c *client.Client, n int) *client.PendingCall {
 			t.Helper()
-			p, err := c.Call(ctx, "fault.cache", svc.Incarnation(), "Render", attempt{"r-1", n})
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := mustCall(t, ctx, c, "fault.cache", svc.Incarnation(), "Render", attempt{"r-1", n})
 			admitted++
 			return p
 		}
 		take := func(n int) *client.Request {
 			t.Helper()
-			req, err := svc.Next(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			req := nextRequest(t, ctx, svc)
 			var a attempt
 			if err := req.Decode(&a); err != nil || a.Attempt != n {
 				t.Fatalf("the service got attempt %d, want %d: a replay or a lost call (%v)", a.Attempt, n, err)
@@ -75,14 +66,8 @@ func TestFaultLostReply(t *testing.T) {
 				t.Fatalf("the retry reused %s after %s", p.CallID(), after)
 			}
 			answer(take(n), true)
-			res, err := p.Result(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			img, err := res.Artifact("image")
-			if err != nil {
-				t.Fatal(err)
-			}
+			res := mustResult(t, ctx, p)
+			img := mustArtifact(t, res, "image")
 			mustRead(t, img, data)
 			img.Close()
 			res.Close()
@@ -107,10 +92,7 @@ func TestFaultLostReply(t *testing.T) {
 			t.Fatalf("a call abandoned in the queue is still there: %+v", st)
 		}
 		answer(held, true)
-		res, err := blocker.Result(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := mustResult(t, ctx, blocker)
 		res.Close()
 		// 1b. Abandoned after dispatch, before the reply: the reply goes
 		// nowhere.

@@ -19,12 +19,7 @@ func TestFaultQueuedFrameReplaced(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		maps0 := storeMaps(t, h)
-		pub, viewer := h.dial("qr-pub"), h.dial("qr-viewer")
-		mustDeclare(t, pub, "fault.latest", wire.RetainLatest)
-		s, err := viewer.Subscribe(ctx, "fault.latest", client.Latest().InFlight(1))
-		if err != nil {
-			t.Fatal(err)
-		}
+		pub, viewer, s := h.pubSub("qr-pub", "qr-viewer", "fault.latest", wire.RetainLatest, client.Latest().InFlight(1))
 		var datas [5][]byte
 		publish := func(n int) client.PublishReceipt {
 			t.Helper()
@@ -64,10 +59,7 @@ func TestFaultQueuedFrameReplaced(t *testing.T) {
 			t.Fatalf("roots after replacement: %+v", st)
 		}
 		waitFor(t, "the replaced files to go", func() bool { return sealedFiles(t, h) == 2 })
-		img1, err := first.Artifact("frame")
-		if err != nil {
-			t.Fatal(err)
-		}
+		img1 := mustArtifact(t, first, "frame")
 		mustRead(t, img1, datas[1])
 		img1.Close()
 		first.Close()
@@ -75,10 +67,7 @@ func TestFaultQueuedFrameReplaced(t *testing.T) {
 		if n != 4 || last.Replaced != 2 || last.TopicSequence != 4 {
 			t.Fatalf("after the credit returned: n=%d replaced=%d seq=%d", n, last.Replaced, last.TopicSequence)
 		}
-		img4, err := last.Artifact("frame")
-		if err != nil {
-			t.Fatal(err)
-		}
+		img4 := mustArtifact(t, last, "frame")
 		mustRead(t, img4, datas[4])
 		img4.Close()
 		last.Close()
@@ -101,12 +90,7 @@ func TestFaultSubscriptionClosedWithDeliveriesInUse(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		maps0 := storeMaps(t, h)
-		pub, cons := h.dial("sc-pub"), h.dial("sc-cons")
-		mustDeclare(t, pub, "fault.sub", wire.RetainNone)
-		s, err := cons.Subscribe(ctx, "fault.sub", client.Bounded().InFlight(1))
-		if err != nil {
-			t.Fatal(err)
-		}
+		pub, cons, s := h.pubSub("sc-pub", "sc-cons", "fault.sub", wire.RetainNone, client.Bounded().InFlight(1))
 		d1, d2 := frameBytes(60, 80_000), frameBytes(61, 80_000)
 		for i, d := range [][]byte{d1, d2} {
 			a := produce(t, pub, d)
@@ -117,10 +101,7 @@ func TestFaultSubscriptionClosedWithDeliveriesInUse(t *testing.T) {
 		}
 		barrier(t, pub)
 		m, _ := next(t, s)
-		img, err := m.Artifact("frame")
-		if err != nil {
-			t.Fatal(err)
-		}
+		img := mustArtifact(t, m, "frame")
 		v := mustView(t, img, d1)
 		settle(t, h, "the second message to wait for a credit", func(s router.Stats) bool { return s.Queued == 1 })
 		s.Close()
@@ -151,20 +132,14 @@ func TestFaultSubscriptionClosedWithDeliveriesInUse(t *testing.T) {
 		requireDrained(t, h, maps0)
 
 		// Router shutdown with a message and a mapped artifact open.
-		s2, err := cons.Subscribe(ctx, "fault.sub", client.Latest())
-		if err != nil {
-			t.Fatal(err)
-		}
+		s2 := mustSubscribe(t, ctx, cons, "fault.sub", client.Latest())
 		a := produce(t, pub, d2)
 		if _, err := pub.Publish(ctx, "fault.sub", tick{N: 3}, client.Attach("frame", a)); err != nil {
 			t.Fatal(err)
 		}
 		a.Close()
 		m2, _ := next(t, s2)
-		img2, err := m2.Artifact("frame")
-		if err != nil {
-			t.Fatal(err)
-		}
+		img2 := mustArtifact(t, m2, "frame")
 		v2 := mustView(t, img2, d2)
 		storeDir := h.r.StoreDir()
 		if err := h.r.Shutdown(ctx); err != nil {

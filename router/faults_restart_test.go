@@ -36,16 +36,10 @@ func TestFaultRouterRestart(t *testing.T) {
 		if _, err := c.Publish(ctx, "fault.restart", tick{N: 1}, client.Attach("frame", a)); err != nil {
 			t.Fatal(err)
 		}
-		s, err := c.Subscribe(ctx, "fault.restart", client.Latest().Replay(true))
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustSubscribe(t, ctx, c, "fault.restart", client.Latest().Replay(true))
 		m, _ := next(t, s)
 		v := mustView(t, a, data)
-		svc, err := c.Register(ctx, "fault.restart.svc", client.ServiceConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		svc := mustRegister(t, ctx, c, "fault.restart.svc", client.ServiceConfig{})
 		oldRef := a.Ref()
 		if err := h.r.Shutdown(ctx); err != nil {
 			t.Fatal(err)
@@ -75,10 +69,7 @@ func TestFaultRouterRestart(t *testing.T) {
 		a.Close()
 		svc.Close()
 
-		r2, err := router.New(router.Config{Policy: router.OpenPolicy(), StoreRoot: h.root})
-		if err != nil {
-			t.Fatal(err)
-		}
+		r2 := openRouterOn(t, h.root)
 		defer r2.Shutdown(context.Background())
 		if r2.StoreID() == oldRef.StoreID || r2.RouterID() == h.r.RouterID() {
 			t.Fatal("the new router reused the old incarnation")
@@ -89,11 +80,12 @@ func TestFaultRouterRestart(t *testing.T) {
 			if _, err := r2.ListenUnix(sock); err != nil {
 				t.Fatal(err)
 			}
+			var err error
 			if nc, err = net.Dial("unix", sock); err != nil {
 				t.Fatal(err)
 			}
-		} else if nc, err = r2.ConnectInMemory(); err != nil {
-			t.Fatal(err)
+		} else {
+			nc = inMemory(t, r2)
 		}
 		rp := newRaw(t, nc)
 		rp.hello("rs-new")
@@ -212,15 +204,9 @@ func TestFaultRouterCrashLeavesAnOrphanStore(t *testing.T) {
 	ctx := ctxT(t)
 
 	// A live in-process router on the same root, with an artifact of its own.
-	live, err := router.New(router.Config{Policy: router.OpenPolicy(), StoreRoot: root})
-	if err != nil {
-		t.Fatal(err)
-	}
+	live := openRouterOn(t, root)
 	defer live.Shutdown(context.Background())
-	liveNC, err := live.ConnectInMemory()
-	if err != nil {
-		t.Fatal(err)
-	}
+	liveNC := inMemory(t, live)
 	liveC, err := client.Connect(ctx, liveNC, client.Config{ClientID: "crash-live", StoreRoot: root})
 	if err != nil {
 		t.Fatal(err)
@@ -263,10 +249,7 @@ func TestFaultRouterCrashLeavesAnOrphanStore(t *testing.T) {
 		t.Fatalf("the crashed router's store should still be there: %v", err)
 	}
 
-	next, err := router.New(router.Config{Policy: router.OpenPolicy(), StoreRoot: root})
-	if err != nil {
-		t.Fatal(err)
-	}
+	next := openRouterOn(t, root)
 	defer next.Shutdown(context.Background())
 	if _, err := os.Stat(deadDir); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the crashed router's store was not removed: %v", err)
@@ -281,10 +264,7 @@ func TestFaultRouterCrashLeavesAnOrphanStore(t *testing.T) {
 	if ents, _ := os.ReadDir(root); len(ents) != 2 {
 		t.Fatalf("store root holds %d entries, want the live and the new store", len(ents))
 	}
-	nc, err := next.ConnectInMemory()
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc := inMemory(t, next)
 	rp := newRaw(t, nc)
 	rp.hello("crash-after")
 	rp.command(wire.OpArtifactOpen, &wire.RefOwner{Ref: a.Ref(), OwnerID: wire.HoldOwner(1)})

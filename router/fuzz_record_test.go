@@ -321,6 +321,16 @@ func seedArtifact(ctx context.Context, t *testing.T, c *client.Client, data []by
 	return must(w.Seal(ctx))
 }
 
+// seedView maps a and fails the session with what unless it holds want.
+func seedView(ctx context.Context, t *testing.T, a *client.Artifact, want []byte, what string) {
+	t.Helper()
+	v := must(a.View(ctx))
+	if !bytes.Equal(v.Bytes(), want) {
+		t.Fatal(what)
+	}
+	v.Close()
+}
+
 func seedSessions() []seedSession {
 	return []seedSession{
 		{"hello", func(ctx context.Context, t *testing.T, nc net.Conn, root string) {
@@ -391,11 +401,7 @@ func seedSessions() []seedSession {
 			must(c.Publish(ctx, "seed.frames", map[string]int{"size": len(data)}, client.Attach("frame", a)))
 			m := must(s.Next(ctx))
 			img := must(m.Artifact("frame"))
-			v := must(img.View(ctx))
-			if !bytes.Equal(v.Bytes(), data) {
-				t.Fatal("view differs")
-			}
-			v.Close()
+			seedView(ctx, t, img, data, "view differs")
 			kept := must(img.Retain(ctx))
 			img.Close()
 			m.Close()
@@ -442,11 +448,7 @@ func seedSessions() []seedSession {
 			req.Close()
 			res := must(p.Result(ctx))
 			img := must(res.Artifact("out"))
-			v := must(img.View(ctx))
-			if !bytes.Equal(v.Bytes(), outData) {
-				t.Fatal("result artifact differs")
-			}
-			v.Close()
+			seedView(ctx, t, img, outData, "result artifact differs")
 			img.Close()
 			res.Close()
 			svc.Close()

@@ -95,26 +95,7 @@ func forTransport(t *testing.T, name string, cfg router.Config, unix bool, fn fu
 			// Registered first, so it runs last: after every client and
 			// raw transport the test opened has been closed.
 			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				if err := h.r.Shutdown(ctx); err != nil {
-					t.Errorf("shutdown: %v", err)
-				}
-				leakcheck.WaitGoroutines(t, base)
-				// A descriptor closed while another goroutine is blocked on
-				// it is released when that call returns: wait for it.
-				deadline := time.Now().Add(5 * time.Second)
-				for {
-					fds, _ := leakcheck.FDs()
-					if fds <= fdBase {
-						break
-					}
-					if time.Now().After(deadline) {
-						t.Errorf("descriptors: %d before, %d after: %s", fdBase, fds, fdTargets())
-						break
-					}
-					time.Sleep(time.Millisecond)
-				}
+				h.shutdown(t, base, fdBase, 5*time.Second)
 				// Every client is closed by now: no mapping of the store,
 				// cached or not, is left.
 				if m, err := leakcheck.Mappings(h.root); err == nil && m != 0 {
@@ -123,6 +104,32 @@ func forTransport(t *testing.T, name string, cfg router.Config, unix bool, fn fu
 			})
 			fn(t, h)
 		})
+	}
+}
+
+// shutdown shuts the router down and checks that no goroutine is left
+// above base and no descriptor above fdBase. A descriptor closed while
+// another goroutine is blocked on it is released when that call returns:
+// it waits up to fdWait for that.
+func (h *harness) shutdown(t *testing.T, base, fdBase int, fdWait time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.r.Shutdown(ctx); err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+	leakcheck.WaitGoroutines(t, base)
+	deadline := time.Now().Add(fdWait)
+	for {
+		fds, _ := leakcheck.FDs()
+		if fds <= fdBase {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("descriptors: %d before, %d after: %s", fdBase, fds, fdTargets())
+			break
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -383,10 +390,125 @@ func blockWriter(t *testing.T, c *client.Client, tc *tapConn) <-chan error {
 // rawAllocate allocates through a raw client and returns the grant.
 func rawAllocate(t *testing.T, r *raw, n uint64) wire.AllocateOK {
 	t.Helper()
-	r.command(wire.OpArtifactAllocate, &wire.Allocate{ByteLength: n, ContentType: "x/y"})
 	var a wire.AllocateOK
-	if be := r.reply(&a); be != nil {
+	rawOK(t, r, wire.OpArtifactAllocate, &wire.Allocate{ByteLength: n, ContentType: "x/y"}, &a)
+	return a
+}
+
+// The helpers below run one SDK step whose error would end the test anyway,
+// so that a scenario reads one line per step. Each takes the caller's
+// context: a test with a longer deadline keeps it.
+
+// orFatal returns v, failing the test when err is set.
+func orFatal[T any](t *testing.T, v T, err error) T {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func mustSubscribe(t *testing.T, ctx context.Context, c *client.Client, topic string, cfg client.SubscriptionConfig) *client.Subscription {
+	t.Helper()
+	s, err := c.Subscribe(ctx, topic, cfg)
+	return orFatal(t, s, err)
+}
+
+func mustRegister(t *testing.T, ctx context.Context, c *client.Client, name string, cfg client.ServiceConfig) *client.Service {
+	t.Helper()
+	svc, err := c.Register(ctx, name, cfg)
+	return orFatal(t, svc, err)
+}
+
+func mustCall(t *testing.T, ctx context.Context, c *client.Client, target string, pin wire.ServiceInc, method string, payload any, atts ...client.Attachment) *client.PendingCall {
+	t.Helper()
+	p, err := c.Call(ctx, target, pin, method, payload, atts...)
+	return orFatal(t, p, err)
+}
+
+func nextMessage(t *testing.T, ctx context.Context, s *client.Subscription) *client.Message {
+	t.Helper()
+	m, err := s.Next(ctx)
+	return orFatal(t, m, err)
+}
+
+func nextRequest(t *testing.T, ctx context.Context, svc *client.Service) *client.Request {
+	t.Helper()
+	req, err := svc.Next(ctx)
+	return orFatal(t, req, err)
+}
+
+func mustResult(t *testing.T, ctx context.Context, p *client.PendingCall) *client.Result {
+	t.Helper()
+	res, err := p.Result(ctx)
+	return orFatal(t, res, err)
+}
+
+// attached is what carries named attachments: a message, a request or a
+// result.
+type attached interface {
+	Artifact(name string) (*client.Artifact, error)
+}
+
+func mustArtifact(t *testing.T, from attached, name string) *client.Artifact {
+	t.Helper()
+	a, err := from.Artifact(name)
+	return orFatal(t, a, err)
+}
+
+func mustMap(t *testing.T, ctx context.Context, a *client.Artifact) *client.ArtifactView {
+	t.Helper()
+	v, err := a.View(ctx)
+	return orFatal(t, v, err)
+}
+
+// pubSub dials a publisher and a subscriber, declares topic and subscribes
+// to it: where most publish/subscribe tests start.
+func (h *harness) pubSub(pubID, subID, topic string, r wire.Retention, cfg client.SubscriptionConfig) (pub, sub *client.Client, s *client.Subscription) {
+	h.t.Helper()
+	pub, sub = h.dial(pubID), h.dial(subID)
+	mustDeclare(h.t, pub, topic, r)
+	return pub, sub, mustSubscribe(h.t, ctxT(h.t), sub, topic, cfg)
+}
+
+// serviceAndCaller dials a service's client, registers name on it and
+// dials a caller: where most SDK call tests start.
+func (h *harness) serviceAndCaller(svcID, name string, cfg client.ServiceConfig) (svcClient, caller *client.Client, svc *client.Service) {
+	h.t.Helper()
+	svcClient, caller = h.dial(svcID), h.dial("caller")
+	return svcClient, caller, mustRegister(h.t, ctxT(h.t), svcClient, name, cfg)
+}
+
+// openLocation opens a location the router granted with open
+// (store.OpenRead or store.OpenWrite), as a client resolves it under its
+// store root.
+func openLocation(t *testing.T, h *harness, open func(root, storeID, relPath string) (*os.File, error), loc wire.Location) *os.File {
+	t.Helper()
+	f, err := open(h.root, loc.StoreID.String(), loc.RelativePath)
+	return orFatal(t, f, err)
+}
+
+// rawOK sends a command through a raw client and decodes its reply into
+// reply, failing the test on a refusal.
+func rawOK(t *testing.T, r *raw, op wire.Op, body, reply wire.Body) {
+	t.Helper()
+	r.command(op, body)
+	if be := r.reply(reply); be != nil {
 		t.Fatal(be)
 	}
-	return a
+}
+
+// openRouterOn starts an open router on the store root root, outside any
+// harness; the caller shuts it down.
+func openRouterOn(t *testing.T, root string) *router.Router {
+	t.Helper()
+	r, err := router.New(router.Config{Policy: router.OpenPolicy(), StoreRoot: root})
+	return orFatal(t, r, err)
+}
+
+// inMemory connects an unbound in-memory transport to r.
+func inMemory(t *testing.T, r *router.Router) net.Conn {
+	t.Helper()
+	nc, err := r.ConnectInMemory()
+	return orFatal(t, nc, err)
 }

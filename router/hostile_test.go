@@ -311,10 +311,7 @@ func TestSealOfReplacedStagingFileFails(t *testing.T) {
 				r := newRaw(t, h.conn(""))
 				r.hello("replacer")
 				alloc := rawAllocate(t, r, 4096)
-				f, err := store.OpenWrite(h.root, alloc.WriteLocation.StoreID.String(), alloc.WriteLocation.RelativePath)
-				if err != nil {
-					t.Fatal(err)
-				}
+				f := openLocation(t, h, store.OpenWrite, alloc.WriteLocation)
 				f.WriteAt(frameBytes(1, 4096), 0)
 				f.Close()
 				// Beside the store directory, so on the same filesystem.
@@ -348,11 +345,8 @@ func TestSealOfReplacedStagingFileFails(t *testing.T) {
 				}
 				// The router still seals honest artifacts.
 				alloc = rawAllocate(t, r, 4096)
-				r.command(wire.OpArtifactSeal, &wire.Seal{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID})
 				var ok wire.SealOK
-				if be := r.reply(&ok); be != nil {
-					t.Fatal(be)
-				}
+				rawOK(t, r, wire.OpArtifactSeal, &wire.Seal{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID}, &ok)
 				r.command(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{ok.OwnerID}})
 				r.reply(&wire.Released{})
 				waitFor(t, "the honest artifact collected", settled(h))

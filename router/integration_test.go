@@ -175,7 +175,9 @@ func spawn(fn func() error) <-chan error {
 	return ch
 }
 
-func serveAgent(ctx context.Context, svc *client.Service, name string, gate *rendezvous) error {
+// serveRequests hands each request of svc to handle: nil once svc is
+// closed, the first error of Next or handle otherwise.
+func serveRequests(ctx context.Context, svc *client.Service, handle func(req *client.Request) error) error {
 	for {
 		req, err := svc.Next(ctx)
 		if errors.Is(err, client.ErrHandleClosed) {
@@ -184,6 +186,14 @@ func serveAgent(ctx context.Context, svc *client.Service, name string, gate *ren
 		if err != nil {
 			return err
 		}
+		if err := handle(req); err != nil {
+			return err
+		}
+	}
+}
+
+func serveAgent(ctx context.Context, svc *client.Service, name string, gate *rendezvous) error {
+	return serveRequests(ctx, svc, func(req *client.Request) error {
 		var s simStep
 		if err := req.Decode(&s); err != nil {
 			return err
@@ -206,19 +216,13 @@ func serveAgent(ctx context.Context, svc *client.Service, name string, gate *ren
 			return err
 		}
 		req.Close()
-	}
+		return nil
+	})
 }
 
 func serveEnv(ctx context.Context, c *client.Client, svc *client.Service) error {
 	step := 0
-	for {
-		req, err := svc.Next(ctx)
-		if errors.Is(err, client.ErrHandleClosed) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	return serveRequests(ctx, svc, func(req *client.Request) error {
 		var b simBatch
 		if err := req.Decode(&b); err != nil {
 			return err
@@ -236,7 +240,7 @@ func serveEnv(ctx context.Context, c *client.Client, svc *client.Service) error 
 				return err
 			}
 			req.Close()
-			continue
+			return nil
 		}
 		var acts [2]uint32
 		for _, a := range b.Actions {
@@ -257,7 +261,21 @@ func serveEnv(ctx context.Context, c *client.Client, svc *client.Service) error 
 		}
 		art.Close()
 		req.Close()
+		return nil
+	})
+}
+
+// nextSnapshot receives the next snapshot message of s and decodes it.
+func nextSnapshot(ctx context.Context, s *client.Subscription) (*client.Message, simSnapshot, error) {
+	var snap simSnapshot
+	m, err := s.Next(ctx)
+	if err != nil {
+		return nil, snap, err
 	}
+	if err := m.Decode(&snap); err != nil {
+		return nil, snap, err
+	}
+	return m, snap, nil
 }
 
 // presentationStats is what the slow consumer saw.
@@ -268,12 +286,8 @@ type presentationStats struct {
 func present(ctx context.Context, s *client.Subscription, fr *frames, firstGate <-chan struct{}) (presentationStats, error) {
 	var st presentationStats
 	for {
-		m, err := s.Next(ctx)
+		m, snap, err := nextSnapshot(ctx, s)
 		if err != nil {
-			return st, err
-		}
-		var snap simSnapshot
-		if err := m.Decode(&snap); err != nil {
 			return st, err
 		}
 		st.seen++
@@ -312,12 +326,8 @@ func present(ctx context.Context, s *client.Subscription, fr *frames, firstGate 
 func record(ctx context.Context, s *client.Subscription) ([]uint64, error) {
 	var seqs []uint64
 	for len(seqs) < simSteps {
-		m, err := s.Next(ctx)
+		m, snap, err := nextSnapshot(ctx, s)
 		if err != nil {
-			return seqs, err
-		}
-		var snap simSnapshot
-		if err := m.Decode(&snap); err != nil {
 			return seqs, err
 		}
 		img, err := m.Artifact("frame")
@@ -371,30 +381,12 @@ func TestIntegrationSessionOverOneRouter(t *testing.T) {
 
 		mustDeclare(t, env, "sim.env.frames", wire.RetainNone)
 		mustDeclare(t, coord, "sim.snapshots", wire.RetainLatest)
-		frameSub, err := coord.Subscribe(ctx, "sim.env.frames", client.Bounded().Queued(4).InFlight(2))
-		if err != nil {
-			t.Fatal(err)
-		}
-		presSub, err := pres.Subscribe(ctx, "sim.snapshots", client.Latest().InFlight(1).Replay(true))
-		if err != nil {
-			t.Fatal(err)
-		}
-		recSub, err := rec.Subscribe(ctx, "sim.snapshots", client.Bounded().Queued(64).InFlight(4).Replay(true))
-		if err != nil {
-			t.Fatal(err)
-		}
-		svcA, err := agentA.Register(ctx, "sim.agent.a", client.ServiceConfig{MaxQueued: 2, MaxInFlight: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		svcB, err := agentB.Register(ctx, "sim.agent.b", client.ServiceConfig{MaxQueued: 2, MaxInFlight: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		svcEnv, err := env.Register(ctx, "sim.env", client.ServiceConfig{MaxQueued: 2, MaxInFlight: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
+		frameSub := mustSubscribe(t, ctx, coord, "sim.env.frames", client.Bounded().Queued(4).InFlight(2))
+		presSub := mustSubscribe(t, ctx, pres, "sim.snapshots", client.Latest().InFlight(1).Replay(true))
+		recSub := mustSubscribe(t, ctx, rec, "sim.snapshots", client.Bounded().Queued(64).InFlight(4).Replay(true))
+		svcA := mustRegister(t, ctx, agentA, "sim.agent.a", client.ServiceConfig{MaxQueued: 2, MaxInFlight: 1})
+		svcB := mustRegister(t, ctx, agentB, "sim.agent.b", client.ServiceConfig{MaxQueued: 2, MaxInFlight: 1})
+		svcEnv := mustRegister(t, ctx, env, "sim.env", client.ServiceConfig{MaxQueued: 2, MaxInFlight: 1})
 
 		gate := &rendezvous{steps: map[int]chan struct{}{}, seen: map[int]int{}}
 		fr := &frames{m: map[int][]byte{}}
@@ -439,37 +431,22 @@ func TestIntegrationSessionOverOneRouter(t *testing.T) {
 		var lastRef wire.ArtifactRef
 		results := 0
 		for step := 0; step < simSteps; step++ {
-			m, err := frameSub.Next(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := nextMessage(t, ctx, frameSub)
 			var got simStep
 			if err := m.Decode(&got); err != nil || got.Step != step {
 				t.Fatalf("frame for step %d: %+v %v", step, got, err)
 			}
-			img, err := m.Artifact("frame")
-			if err != nil {
-				t.Fatal(err)
-			}
+			img := mustArtifact(t, m, "frame")
 			m.Close() // the forwarded artifact keeps the delivery
 			if step > 0 && img.Ref() != lastRef {
 				t.Fatalf("step %d: the topic's frame %s is not the result's %s", step, img.Ref().ArtifactID, lastRef.ArtifactID)
 			}
 			fr.put(step, expect)
-			pa, err := coord.Call(ctx, "sim.agent.a", svcA.Incarnation(), "Agent.Act", simStep{Step: step}, client.Attach("frame", img))
-			if err != nil {
-				t.Fatal(err)
-			}
-			pb, err := coord.Call(ctx, "sim.agent.b", svcB.Incarnation(), "Agent.Act", simStep{Step: step}, client.Attach("frame", img))
-			if err != nil {
-				t.Fatal(err)
-			}
+			pa := mustCall(t, ctx, coord, "sim.agent.a", svcA.Incarnation(), "Agent.Act", simStep{Step: step}, client.Attach("frame", img))
+			pb := mustCall(t, ctx, coord, "sim.agent.b", svcB.Incarnation(), "Agent.Act", simStep{Step: step}, client.Attach("frame", img))
 			var acts []simAct
 			for _, pc := range []*client.PendingCall{pa, pb} {
-				r, err := pc.Result(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
+				r := mustResult(t, ctx, pc)
 				var a simAct
 				if err := r.Decode(&a); err != nil {
 					t.Fatal(err)
@@ -489,10 +466,7 @@ func TestIntegrationSessionOverOneRouter(t *testing.T) {
 			if err := res.Decode(&adv); err != nil || adv.Error != "" || adv.Step != step+1 {
 				t.Fatalf("advance from step %d: %+v %v", step, adv, err)
 			}
-			nextFrame, err := res.Artifact("frame")
-			if err != nil {
-				t.Fatal(err)
-			}
+			nextFrame := mustArtifact(t, res, "frame")
 			expectNext := simFrame(step+1, acts[0].Action, acts[1].Action)
 			mustRead(t, nextFrame, expectNext)
 			lastRef = nextFrame.Ref()
@@ -514,10 +488,7 @@ func TestIntegrationSessionOverOneRouter(t *testing.T) {
 			}
 		}
 		// The frame after the last step is on the topic too.
-		m, err := frameSub.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := nextMessage(t, ctx, frameSub)
 		img, err := m.Artifact("frame")
 		if err != nil || img.Ref() != lastRef {
 			t.Fatalf("the last frame: %v", err)

@@ -84,19 +84,14 @@ type ioResult struct {
 	err error
 }
 
-func goRead(c net.Conn, p []byte) <-chan ioResult {
-	ch := make(chan ioResult, 1)
-	go func() {
-		n, err := c.Read(p)
-		ch <- ioResult{n, err}
-	}()
-	return ch
-}
+func goRead(c net.Conn, p []byte) <-chan ioResult  { return goIO(c.Read, p) }
+func goWrite(c net.Conn, p []byte) <-chan ioResult { return goIO(c.Write, p) }
 
-func goWrite(c net.Conn, p []byte) <-chan ioResult {
+// goIO runs one Read or Write on a goroutine and delivers its outcome.
+func goIO(op func([]byte) (int, error), p []byte) <-chan ioResult {
 	ch := make(chan ioResult, 1)
 	go func() {
-		n, err := c.Write(p)
+		n, err := op(p)
 		ch <- ioResult{n, err}
 	}()
 	return ch
@@ -247,21 +242,27 @@ func TestMemPipeCloseIsIdempotent(t *testing.T) {
 	wantErr(t, "Read from a closed peer", err, io.EOF)
 }
 
+// parkedRead makes a pair and starts a Read on its first end that has
+// parked by the time it returns.
+func parkedRead(t *testing.T, tr pipeTransport) (a, b net.Conn, res <-chan ioResult) {
+	t.Helper()
+	a, b = tr.pair(t)
+	res = goRead(a, make([]byte, 8))
+	waitParked(t, a, true)
+	return a, b, res
+}
+
 func TestMemPipeCloseUnblocksRead(t *testing.T) {
 	t.Run("Local", func(t *testing.T) {
 		forEachPipe(t, func(t *testing.T, tr pipeTransport) {
-			a, _ := tr.pair(t)
-			res := goRead(a, make([]byte, 8))
-			waitParked(t, a, true)
+			a, _, res := parkedRead(t, tr)
 			a.Close()
 			wantErr(t, "blocked Read at Close", (<-res).err, net.ErrClosed)
 		})
 	})
 	t.Run("Peer", func(t *testing.T) {
 		forEachPipe(t, func(t *testing.T, tr pipeTransport) {
-			a, b := tr.pair(t)
-			res := goRead(a, make([]byte, 8))
-			waitParked(t, a, true)
+			_, b, res := parkedRead(t, tr)
 			b.Close()
 			if r := <-res; r.n != 0 || r.err != io.EOF {
 				t.Fatalf("blocked Read at the peer's Close = %d, %v; want io.EOF", r.n, r.err)
@@ -272,30 +273,31 @@ func TestMemPipeCloseUnblocksRead(t *testing.T) {
 
 func TestMemPipeCloseUnblocksWrite(t *testing.T) {
 	const capacity = 64
-	t.Run("Local", func(t *testing.T) {
-		noLeaks(t)
-		a, _ := memPairCap(t, capacity)
-		res := goWrite(a, make([]byte, 3*capacity))
-		waitParked(t, a, false)
-		a.Close()
-		r := <-res
-		if r.n != capacity {
-			t.Fatalf("blocked Write reports %d bytes buffered, want %d", r.n, capacity)
-		}
-		wantErr(t, "blocked Write at Close", r.err, net.ErrClosed)
-	})
-	t.Run("Peer", func(t *testing.T) {
-		noLeaks(t)
-		a, b := memPairCap(t, capacity)
-		res := goWrite(a, make([]byte, 3*capacity))
-		waitParked(t, a, false)
-		b.Close()
-		r := <-res
-		if r.n != capacity {
-			t.Fatalf("blocked Write reports %d bytes buffered, want %d", r.n, capacity)
-		}
-		wantErr(t, "blocked Write at the peer's Close", r.err, io.ErrClosedPipe)
-	})
+	for _, c := range []struct {
+		name, what string
+		peer       bool // close the peer rather than the writing end
+		want       error
+	}{
+		{"Local", "blocked Write at Close", false, net.ErrClosed},
+		{"Peer", "blocked Write at the peer's Close", true, io.ErrClosedPipe},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			noLeaks(t)
+			a, b := memPairCap(t, capacity)
+			res := goWrite(a, make([]byte, 3*capacity))
+			waitParked(t, a, false)
+			if c.peer {
+				b.Close()
+			} else {
+				a.Close()
+			}
+			r := <-res
+			if r.n != capacity {
+				t.Fatalf("blocked Write reports %d bytes buffered, want %d", r.n, capacity)
+			}
+			wantErr(t, c.what, r.err, c.want)
+		})
+	}
 }
 
 func TestMemPipeReadDeadline(t *testing.T) {

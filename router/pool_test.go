@@ -26,32 +26,15 @@ func poolConfig() router.Config {
 	return cfg
 }
 
-// commandWith sends a command carrying attachments.
-func (r *raw) commandWith(op wire.Op, body wire.Body, atts []wire.Attachment) {
-	r.t.Helper()
-	r.id++
-	b, err := wire.AppendFrame(nil, wire.Header{ID: r.id, Kind: wire.KindCommand, Op: op}, body, atts)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.sendBytes(b)
-}
-
 // rawSealed allocates, fills and seals n bytes through a raw client.
 func rawSealed(t *testing.T, h *harness, r *raw, n int, seed byte) wire.SealOK {
 	t.Helper()
 	alloc := rawAllocate(t, r, uint64(n))
-	f, err := store.OpenWrite(h.root, alloc.WriteLocation.StoreID.String(), alloc.WriteLocation.RelativePath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openLocation(t, h, store.OpenWrite, alloc.WriteLocation)
 	f.WriteAt(frameBytes(seed, n), 0)
 	f.Close()
-	r.command(wire.OpArtifactSeal, &wire.Seal{ArtifactID: alloc.ArtifactID, Generation: alloc.Generation, OwnerID: alloc.OwnerID})
 	var ok wire.SealOK
-	if be := r.reply(&ok); be != nil {
-		t.Fatal(be)
-	}
+	rawOK(t, r, wire.OpArtifactSeal, &wire.Seal{ArtifactID: alloc.ArtifactID, Generation: alloc.Generation, OwnerID: alloc.OwnerID}, &ok)
 	return ok
 }
 
@@ -64,10 +47,7 @@ func TestPoolStaleGenerationIsGone(t *testing.T) {
 		r := newRaw(t, h.conn(""))
 		r.hello("stale")
 		first := rawSealed(t, h, r, 4096, 1)
-		r.command(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{first.OwnerID}})
-		if be := r.reply(&wire.Released{}); be != nil {
-			t.Fatal(be)
-		}
+		rawOK(t, r, wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{first.OwnerID}}, &wire.Released{})
 		waitFor(t, "the first generation to be collected", func() bool { return h.r.Stats().FreeSlots == 1 })
 		second := rawSealed(t, h, r, 4096, 2)
 		if second.Ref.ArtifactID != first.Ref.ArtifactID || second.Ref.Generation != 2 {
@@ -85,27 +65,18 @@ func TestPoolStaleGenerationIsGone(t *testing.T) {
 		gone("artifact.open")
 		r.command(wire.OpArtifactRetain, &wire.RefOwner{Ref: stale, OwnerID: owner})
 		gone("artifact.retain")
-		r.command(wire.OpTopicDeclare, &wire.Declare{Name: "t", Retained: wire.RetainLatest})
-		if be := r.reply(&wire.DeclareOK{}); be != nil {
-			t.Fatal(be)
-		}
+		rawOK(t, r, wire.OpTopicDeclare, &wire.Declare{Name: "t", Retained: wire.RetainLatest}, &wire.DeclareOK{})
 		att := []wire.Attachment{{Name: "f", Ref: stale, OwnerID: owner}}
 		r.commandWith(wire.OpPublish, &wire.Publish{Topic: "t", Payload: wire.RawJSON(`{}`)}, att)
 		gone("publish")
-		r.command(wire.OpServiceRegister, &wire.Register{Name: "svc", MaxQueued: 4, MaxInFlight: 4})
-		if be := r.reply(&wire.RegisterOK{}); be != nil {
-			t.Fatal(be)
-		}
+		rawOK(t, r, wire.OpServiceRegister, &wire.Register{Name: "svc", MaxQueued: 4, MaxInFlight: 4}, &wire.RegisterOK{})
 		r.commandWith(wire.OpRPCCall, &wire.Call{CallID: 1, Target: "svc", Method: "M", Payload: wire.RawJSON(`{}`)}, att)
 		gone("rpc.call")
 
 		// A reply with a stale attachment: serve a call made by an SDK
 		// client, answered by the raw service.
 		caller := h.dial("caller")
-		p, err := caller.Call(ctxT(t), "svc", 0, "M", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := mustCall(t, ctxT(t), caller, "svc", 0, "M", nil)
 		var req wire.Request
 		for req.DeliveryID == 0 {
 			if err := r.next(); err != nil {
@@ -141,12 +112,7 @@ func TestPoolStaleGenerationIsGone(t *testing.T) {
 func TestPoolViewsUseOneMappingPerSlot(t *testing.T) {
 	forEachTransport(t, poolConfig(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		prod, cons := h.dial("camera"), h.dial("viewer")
-		mustDeclare(t, prod, "frames", wire.RetainNone)
-		s, err := cons.Subscribe(ctx, "frames", client.Bounded().InFlight(1))
-		if err != nil {
-			t.Fatal(err)
-		}
+		prod, cons, s := h.pubSub("camera", "viewer", "frames", wire.RetainNone, client.Bounded().InFlight(1))
 		const frames, size = 40, 64 << 10
 		var base router.Stats
 		for i := range frames {
@@ -156,19 +122,10 @@ func TestPoolViewsUseOneMappingPerSlot(t *testing.T) {
 				t.Fatal(err)
 			}
 			a.Close()
-			m, err := s.Next(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			img, err := m.Artifact("f")
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := nextMessage(t, ctx, s)
+			img := mustArtifact(t, m, "f")
 			m.Close()
-			v, err := img.View(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			v := mustMap(t, ctx, img)
 			if !bytes.Equal(v.Bytes(), data) {
 				t.Fatalf("frame %d: viewed bytes differ", i)
 			}
@@ -210,10 +167,7 @@ func TestPoolMapPerView(t *testing.T) {
 		data := frameBytes(7, 8192)
 		a := produce(t, c, data)
 		for range 3 {
-			v, err := a.View(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			v := mustMap(t, ctx, a)
 			if !bytes.Equal(v.Bytes(), data) {
 				t.Fatal("bytes differ")
 			}
@@ -257,10 +211,7 @@ func TestPoolEveryByteMatchesItsGeneration(t *testing.T) {
 			if ci == 2 {
 				cfg = client.Latest().Replay(true)
 			}
-			s, err := cons.Subscribe(ctx, "pool.frames", cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := mustSubscribe(t, ctx, cons, "pool.frames", cfg)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

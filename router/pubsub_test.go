@@ -36,10 +36,7 @@ func mustPublish(t *testing.T, c *client.Client, topic string, n int) client.Pub
 
 func next(t *testing.T, s *client.Subscription) (*client.Message, int) {
 	t.Helper()
-	m, err := s.Next(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := nextMessage(t, ctxT(t), s)
 	var v tick
 	if err := m.Decode(&v); err != nil {
 		t.Fatal(err)
@@ -74,10 +71,7 @@ func TestTopicDeclarationRules(t *testing.T) {
 		if deleted, err := c.DeleteTopic(ctx, "nobody.declared"); err != nil || deleted {
 			t.Fatalf("delete undeclared: %v %v", deleted, err)
 		}
-		sub, err := c.Subscribe(ctx, "session.demo.snapshots", client.Latest())
-		if err != nil {
-			t.Fatal(err)
-		}
+		sub := mustSubscribe(t, ctx, c, "session.demo.snapshots", client.Latest())
 		if _, err := c.DeleteTopic(ctx, "session.demo.snapshots"); code(t, err) != wire.ErrConflict {
 			t.Fatalf("delete with subscribers: %v", err)
 		}
@@ -99,10 +93,7 @@ func TestExactTopicsAndBoundedFIFO(t *testing.T) {
 		pub, subc := h.dial("pub"), h.dial("sub")
 		mustDeclare(t, pub, "world.frame", wire.RetainNone)
 		mustDeclare(t, pub, "world.frame.meta", wire.RetainNone)
-		s, err := subc.Subscribe(ctx, "world.frame", client.Bounded())
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustSubscribe(t, ctx, subc, "world.frame", client.Bounded())
 		mustPublish(t, pub, "world.frame.meta", 99) // another topic entirely
 		for i := range 5 {
 			rc := mustPublish(t, pub, "world.frame", i)
@@ -128,20 +119,14 @@ func TestBoundedOverflowRefusesTheWholePublication(t *testing.T) {
 		ctx := ctxT(t)
 		pub, a, b := h.dial("pub"), h.dial("a"), h.dial("b")
 		mustDeclare(t, pub, "events", wire.RetainLatest)
-		small, err := a.Subscribe(ctx, "events", client.Bounded().Queued(2).InFlight(1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		roomy, err := b.Subscribe(ctx, "events", client.Bounded())
-		if err != nil {
-			t.Fatal(err)
-		}
+		small := mustSubscribe(t, ctx, a, "events", client.Bounded().Queued(2).InFlight(1))
+		roomy := mustSubscribe(t, ctx, b, "events", client.Bounded())
 		// a: one in flight (held, not closed) and two queued, then full.
 		mustPublish(t, pub, "events", 0)
 		held, _ := next(t, small)
 		mustPublish(t, pub, "events", 1)
 		mustPublish(t, pub, "events", 2)
-		_, err = pub.Publish(ctx, "events", tick{N: 3})
+		_, err := pub.Publish(ctx, "events", tick{N: 3})
 		if code(t, err) != wire.ErrBackpressure {
 			t.Fatalf("overflow: %v", err)
 		}
@@ -154,10 +139,7 @@ func TestBoundedOverflowRefusesTheWholePublication(t *testing.T) {
 			}
 			m.Close()
 		}
-		late, err := b.Subscribe(ctx, "events", client.Latest().Replay(true))
-		if err != nil {
-			t.Fatal(err)
-		}
+		late := mustSubscribe(t, ctx, b, "events", client.Latest().Replay(true))
 		m, n := next(t, late)
 		if n != 2 || m.TopicSequence != 3 {
 			t.Fatalf("retained after refusal: n=%d seq=%d", n, m.TopicSequence)
@@ -179,13 +161,7 @@ func TestBoundedOverflowRefusesTheWholePublication(t *testing.T) {
 
 func TestLatestCoalescesAndCountsReplaced(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		pub, subc := h.dial("pub"), h.dial("viewer")
-		mustDeclare(t, pub, "frames", wire.RetainNone)
-		s, err := subc.Subscribe(ctx, "frames", client.Latest().InFlight(1))
-		if err != nil {
-			t.Fatal(err)
-		}
+		pub, _, s := h.pubSub("pub", "viewer", "frames", wire.RetainNone, client.Latest().InFlight(1))
 		mustPublish(t, pub, "frames", 0)
 		first, n := next(t, s) // in flight: later ones coalesce in the one slot
 		if n != 0 {
@@ -210,12 +186,7 @@ func TestLatestCoalescesAndCountsReplaced(t *testing.T) {
 func TestLatestSubscriberNeverRefusesAPublication(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		pub, subc := h.dial("pub"), h.dial("spectator")
-		mustDeclare(t, pub, "feed", wire.RetainNone)
-		s, err := subc.Subscribe(ctx, "feed", client.Latest().InFlight(1))
-		if err != nil {
-			t.Fatal(err)
-		}
+		pub, _, s := h.pubSub("pub", "spectator", "feed", wire.RetainNone, client.Latest().InFlight(1))
 		pad := strings.Repeat("x", 60_000)
 		for i := range 100 {
 			if _, err := pub.Publish(ctx, "feed", map[string]any{"n": i, "pad": pad}); err != nil {
@@ -242,10 +213,7 @@ func TestRetainedReplayPrecedesLaterPublications(t *testing.T) {
 		// admits first, the replay comes before anything published later.
 		done := make(chan error, 1)
 		go func() { _, err := pub.Publish(ctx, "snapshots", tick{N: 2}); done <- err }()
-		s, err := subc.Subscribe(ctx, "snapshots", client.Bounded().Replay(true))
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustSubscribe(t, ctx, subc, "snapshots", client.Bounded().Replay(true))
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
@@ -271,10 +239,7 @@ func TestRetainedReplayPrecedesLaterPublications(t *testing.T) {
 		if cleared, err := pub.ClearTopic(ctx, "snapshots"); err != nil || !cleared {
 			t.Fatalf("clear: %v %v", cleared, err)
 		}
-		s2, err := subc.Subscribe(ctx, "snapshots", client.Latest().Replay(true))
-		if err != nil {
-			t.Fatal(err)
-		}
+		s2 := mustSubscribe(t, ctx, subc, "snapshots", client.Latest().Replay(true))
 		if m, ok := s2.TryNext(); ok {
 			t.Fatalf("replay after clear: %+v", m)
 		}
@@ -296,13 +261,7 @@ func TestRetainedReplayPrecedesLaterPublications(t *testing.T) {
 
 func TestCreditsReturnOnlyOnConsume(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		pub, subc := h.dial("pub"), h.dial("sub")
-		mustDeclare(t, pub, "work", wire.RetainNone)
-		s, err := subc.Subscribe(ctx, "work", client.Bounded().InFlight(2))
-		if err != nil {
-			t.Fatal(err)
-		}
+		pub, _, s := h.pubSub("pub", "sub", "work", wire.RetainNone, client.Bounded().InFlight(2))
 		for i := range 4 {
 			mustPublish(t, pub, "work", i)
 		}
@@ -356,10 +315,7 @@ func TestTopicNamedLikeANoticeIsTopicData(t *testing.T) {
 		pub, subc := h.dial("pub"), h.dial("sub")
 		for _, name := range []string{"connection.closing", "call.failed", "route.removed"} {
 			mustDeclare(t, pub, name, wire.RetainNone)
-			s, err := subc.Subscribe(ctx, name, client.Bounded())
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := mustSubscribe(t, ctx, subc, name, client.Bounded())
 			mustPublish(t, pub, name, 7)
 			m, n := next(t, s)
 			if n != 7 || m.Topic != name {
@@ -396,9 +352,7 @@ func TestSaturatedSubscriberDoesNotDelayControlOrRPC(t *testing.T) {
 			t.Fatal(err)
 		}
 		res.Close()
-		if _, err := slow.DeclareTopic(ctx, "other", wire.RetainNone); err != nil {
-			t.Fatal(err)
-		}
+		mustDeclare(t, slow, "other", wire.RetainNone)
 		res, err = pub.CallAndWait(ctx, "status", 0, "Status", counterArgs{Amount: 1})
 		if err != nil {
 			t.Fatal(err)
@@ -439,10 +393,7 @@ func TestShutdownClosesSubscriptionsWithNotices(t *testing.T) {
 		h := newHarness(t, open(), unix)
 		c := h.dial("sub")
 		mustDeclare(t, c, "t", wire.RetainNone)
-		s, err := c.Subscribe(ctxT(t), "t", client.Latest())
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustSubscribe(t, ctxT(t), c, "t", client.Latest())
 		if err := h.r.Shutdown(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -481,12 +432,7 @@ func TestLatestMaxQueuedIsOne(t *testing.T) {
 func TestClearKeepsDeliveredArtifacts(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		prod, cons := h.dial("producer"), h.dial("consumer")
-		mustDeclare(t, prod, "snap", wire.RetainLatest)
-		s, err := cons.Subscribe(ctx, "snap", client.Bounded())
-		if err != nil {
-			t.Fatal(err)
-		}
+		prod, _, s := h.pubSub("producer", "consumer", "snap", wire.RetainLatest, client.Bounded())
 		data := frameBytes(13, 8192)
 		a := produce(t, prod, data)
 		if _, err := prod.Publish(ctx, "snap", nil, client.Attach("img", a)); err != nil {
@@ -494,14 +440,8 @@ func TestClearKeepsDeliveredArtifacts(t *testing.T) {
 		}
 		a.Close()
 		barrier(t, prod)
-		m, err := s.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		img, err := m.Artifact("img")
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := nextMessage(t, ctx, s)
+		img := mustArtifact(t, m, "img")
 		m.Close()
 		if st := h.r.Stats(); st.ArtifactRoots != 2 || st.RetainedBytes == 0 {
 			t.Fatalf("want the retained root and the delivery's: %+v", st)
@@ -568,10 +508,7 @@ func TestTopicDeliveriesLeaveTheRPCReserve(t *testing.T) {
 		ctx := ctxT(t)
 		pub, sub, svcc := h.dial("pub"), h.dial("sub"), h.dial("svc")
 		mustDeclare(t, pub, "t", wire.RetainNone)
-		s, err := sub.Subscribe(ctx, "t", client.Bounded().InFlight(16))
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustSubscribe(t, ctx, sub, "t", client.Bounded().InFlight(16))
 		for i := range 6 {
 			mustPublish(t, pub, "t", i)
 		}
@@ -643,24 +580,15 @@ func TestBoundedReplayRespectsTheBytePool(t *testing.T) {
 		// and one 60 KB message queued.
 		s1, _ := sub.Subscribe(ctx, "fill", client.Bounded().InFlight(1))
 		pub.Publish(ctx, "fill", map[string]string{"pad": pad})
-		held, err := s1.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		held := nextMessage(t, ctx, s1)
 		pub.Publish(ctx, "fill", map[string]string{"pad": pad})
 		waitFor(t, "60 KB queued", func() bool { return h.r.Stats().QueuedBytes > 60_000 })
 		if _, err := sub.Subscribe(ctx, "big", client.Bounded().Replay(true)); code(t, err) != wire.ErrBackpressure {
 			t.Fatalf("replay over the byte pool: %v", err)
 		}
 		// A latest subscriber's replay is outside the pool.
-		s3, err := sub.Subscribe(ctx, "big", client.Latest().Replay(true))
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := s3.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s3 := mustSubscribe(t, ctx, sub, "big", client.Latest().Replay(true))
+		m := nextMessage(t, ctx, s3)
 		m.Close()
 		held.Close()
 	})

@@ -225,10 +225,7 @@ func TestResultsRespectCallerOwnerBudget(t *testing.T) {
 	forEachTransport(t, router.Config{Policy: router.OpenPolicy(), Limits: l}, func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		svcClient := h.dial("budget-svc")
-		svc, err := svcClient.Register(ctx, "budget.svc", client.ServiceConfig{MaxQueued: 32, MaxInFlight: 16})
-		if err != nil {
-			t.Fatal(err)
-		}
+		svc := mustRegister(t, ctx, svcClient, "budget.svc", client.ServiceConfig{MaxQueued: 32, MaxInFlight: 16})
 		c := newPeer(t, h, "budget-caller")
 		// Pipeline every call and read nothing yet: the router's writer
 		// for the caller stalls on the first frames it cannot write.
@@ -237,10 +234,7 @@ func TestResultsRespectCallerOwnerBudget(t *testing.T) {
 		}
 		var routed, refused int
 		for range calls {
-			req, err := svc.Next(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			req := nextRequest(t, ctx, svc)
 			if ok, err := req.Reply(ctx, wire.RawJSON(big)); err != nil {
 				if code(t, err) != wire.ErrQuotaExceeded {
 					t.Fatalf("reply refused with %v", err)
@@ -288,7 +282,7 @@ func TestCallAndReplyAttachmentsAreValidated(t *testing.T) {
 		att := []wire.Attachment{{Name: "frame", OwnerID: wire.HoldOwner(1), Ref: wire.ArtifactRef{
 			StoreID: h.r.StoreID(), ArtifactID: 1, Generation: 1, ByteLength: 1228800, ContentType: "image/x-rgba"}}}
 
-		f := c.await(c.sendAtts(wire.OpRPCCall, callBody(1, "att.svc", "{}"), att))
+		f := c.await(c.commandWith(wire.OpRPCCall, callBody(1, "att.svc", "{}"), att))
 		if f.Err == nil {
 			t.Errorf("rpc.call naming never-issued owner own-1 was admitted; its attachment is dropped silently")
 		} else if f.Err.Dispatch != wire.NotDispatched {
@@ -297,7 +291,7 @@ func TestCallAndReplyAttachmentsAreValidated(t *testing.T) {
 
 		c.callOK(2, "att.svc")
 		req := svc.request()
-		f = svc.await(svc.sendAtts(wire.OpRPCReply, &wire.Reply{CallID: req.CallID, RequestDeliveryID: req.DeliveryID, Outcome: wire.RawJSON(`{}`)}, att))
+		f = svc.await(svc.commandWith(wire.OpRPCReply, &wire.Reply{CallID: req.CallID, RequestDeliveryID: req.DeliveryID, Outcome: wire.RawJSON(`{}`)}, att))
 		if f.Err == nil {
 			t.Errorf("rpc.reply naming never-issued owner own-1 was admitted (routed=%v); its attachment is dropped silently",
 				f.Body.(*wire.Routed).Routed)

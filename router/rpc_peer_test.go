@@ -146,18 +146,6 @@ func (p *peer) await(msg uint64) inFrame {
 	})
 }
 
-// sendAtts sends one command with attachments and returns its serial.
-func (p *peer) sendAtts(op wire.Op, body wire.Body, atts []wire.Attachment) uint64 {
-	p.t.Helper()
-	p.id++
-	b, err := wire.AppendFrame(nil, wire.Header{ID: p.id, Kind: wire.KindCommand, Op: op}, body, atts)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	p.sendBytes(b)
-	return p.id
-}
-
 // sendJSON sends a command whose body is given as JSON text, to say what
 // the wire types cannot (an unknown field).
 func (p *peer) sendJSON(op, body string) uint64 {

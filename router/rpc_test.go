@@ -104,11 +104,7 @@ func serveCounter(ctx context.Context, s *client.Service) {
 func TestRequestReplyRoundTrip(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		svcClient, caller := h.dial("counter"), h.dial("caller")
-		svc, err := svcClient.Register(ctx, "example.counter", client.ServiceConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, caller, svc := h.serviceAndCaller("counter", "example.counter", client.ServiceConfig{})
 		go serveCounter(ctx, svc)
 		for i, want := range []int{2, 5} {
 			res, err := caller.CallAndWait(ctx, "example.counter", svc.Incarnation(), "Counter.Increment", counterArgs{Amount: []int{2, 3}[i]})
@@ -135,20 +131,14 @@ func TestRegistrationIsExclusiveAndPinned(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		a, b, caller := h.dial("a"), h.dial("b"), h.dial("caller")
-		svc, err := a.Register(ctx, "agent.fly-a", client.ServiceConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		svc := mustRegister(t, ctx, a, "agent.fly-a", client.ServiceConfig{})
 		if _, err := b.Register(ctx, "agent.fly-a", client.ServiceConfig{}); code(t, err) != wire.ErrConflict {
 			t.Fatalf("duplicate registration: %v", err)
 		}
 		old := svc.Incarnation()
 		svc.Close()
 		waitFor(t, "unregister", func() bool { return h.r.Stats().Services == 0 })
-		svc2, err := b.Register(ctx, "agent.fly-a", client.ServiceConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		svc2 := mustRegister(t, ctx, b, "agent.fly-a", client.ServiceConfig{})
 		if svc2.Incarnation() == old {
 			t.Fatal("a new registration reused the incarnation")
 		}
@@ -165,25 +155,15 @@ func TestRegistrationIsExclusiveAndPinned(t *testing.T) {
 func TestFIFODispatchWithOutOfOrderCompletion(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		svcClient, caller := h.dial("env"), h.dial("caller")
-		svc, err := svcClient.Register(ctx, "env.step", client.ServiceConfig{MaxQueued: 8, MaxInFlight: 8})
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, caller, svc := h.serviceAndCaller("env", "env.step", client.ServiceConfig{MaxQueued: 8, MaxInFlight: 8})
 		var calls []*client.PendingCall
 		for i := range 4 {
-			p, err := caller.Call(ctx, "env.step", 0, "Env.Step", counterArgs{Amount: i})
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := mustCall(t, ctx, caller, "env.step", 0, "Env.Step", counterArgs{Amount: i})
 			calls = append(calls, p)
 		}
 		var reqs []*client.Request
 		for i := range 4 {
-			req, err := svc.Next(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			req := nextRequest(t, ctx, svc)
 			var a counterArgs
 			_ = req.Decode(&a)
 			if a.Amount != i {
@@ -198,10 +178,7 @@ func TestFIFODispatchWithOutOfOrderCompletion(t *testing.T) {
 			reqs[i].Close()
 		}
 		for i, p := range calls {
-			res, err := p.Result(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			res := mustResult(t, ctx, p)
 			var got counterResult
 			_ = res.Decode(&got)
 			if got.Total != i || res.CallID != p.CallID() {
@@ -215,15 +192,8 @@ func TestFIFODispatchWithOutOfOrderCompletion(t *testing.T) {
 func TestServiceQueueBackpressure(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		svcClient, caller := h.dial("slow"), h.dial("caller")
-		svc, err := svcClient.Register(ctx, "slow.svc", client.ServiceConfig{MaxQueued: 2, MaxInFlight: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		first, err := caller.Call(ctx, "slow.svc", 0, "M", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, caller, svc := h.serviceAndCaller("slow", "slow.svc", client.ServiceConfig{MaxQueued: 2, MaxInFlight: 1})
+		first := mustCall(t, ctx, caller, "slow.svc", 0, "M", nil)
 		req, err := svc.Next(ctx) // in flight: the next two queue
 		if err != nil {
 			t.Fatal(err)
@@ -244,28 +214,26 @@ func TestServiceQueueBackpressure(t *testing.T) {
 		if _, err := first.Result(ctx); err != nil {
 			t.Fatal(err)
 		}
-		req2, err := svc.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		req2 := nextRequest(t, ctx, svc)
 		req2.Close()
 	})
+}
+
+// dispatchedAndQueued makes two calls to target, whose service svc takes
+// one request at a time (MaxInFlight 1): the first is dispatched and its
+// request taken, the second stays queued behind it.
+func dispatchedAndQueued(t *testing.T, ctx context.Context, caller *client.Client, svc *client.Service, target string) (dispatched, queued *client.PendingCall, req *client.Request) {
+	t.Helper()
+	dispatched = mustCall(t, ctx, caller, target, 0, "M", nil)
+	queued = mustCall(t, ctx, caller, target, 0, "M", nil)
+	return dispatched, queued, nextRequest(t, ctx, svc)
 }
 
 func TestCancelStates(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		svcClient, caller := h.dial("svc"), h.dial("caller")
-		svc, err := svcClient.Register(ctx, "cancel.svc", client.ServiceConfig{MaxQueued: 4, MaxInFlight: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		dispatched, _ := caller.Call(ctx, "cancel.svc", 0, "M", nil)
-		queued, _ := caller.Call(ctx, "cancel.svc", 0, "M", nil)
-		req, err := svc.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, caller, svc := h.serviceAndCaller("svc", "cancel.svc", client.ServiceConfig{MaxQueued: 4, MaxInFlight: 1})
+		dispatched, queued, req := dispatchedAndQueued(t, ctx, caller, svc, "cancel.svc")
 		if st, err := queued.Cancel(ctx); err != nil || st != wire.CancelledBeforeDispatch {
 			t.Fatalf("queued cancel: %v %v", st, err)
 		}
@@ -285,10 +253,7 @@ func TestCancelStates(t *testing.T) {
 		req2, _ := svc.Next(ctx)
 		req2.Reply(ctx, counterResult{Total: 7})
 		req2.Close()
-		res, err := done.Result(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := mustResult(t, ctx, done)
 		if st, err := done.Cancel(ctx); err != nil || st != wire.Completed {
 			t.Fatalf("completed cancel: %v %v", st, err)
 		}
@@ -304,8 +269,7 @@ func TestCancelStates(t *testing.T) {
 func TestSecondReplyIsCallGone(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		svcClient, caller := h.dial("svc"), h.dial("caller")
-		svc, _ := svcClient.Register(ctx, "once.svc", client.ServiceConfig{})
+		_, caller, svc := h.serviceAndCaller("svc", "once.svc", client.ServiceConfig{})
 		p, _ := caller.Call(ctx, "once.svc", 0, "M", nil)
 		req, _ := svc.Next(ctx)
 		if _, err := req.Reply(ctx, nil); err != nil {
@@ -315,10 +279,7 @@ func TestSecondReplyIsCallGone(t *testing.T) {
 			t.Fatalf("second reply: %v", err)
 		}
 		req.Close()
-		res, err := p.Result(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := mustResult(t, ctx, p)
 		res.Close()
 	})
 }
@@ -326,13 +287,8 @@ func TestSecondReplyIsCallGone(t *testing.T) {
 func TestServiceDisconnectFailsCalls(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		svcClient, caller := h.dial("svc"), h.dial("caller")
-		svc, _ := svcClient.Register(ctx, "gone.svc", client.ServiceConfig{MaxQueued: 4, MaxInFlight: 1})
-		dispatched, _ := caller.Call(ctx, "gone.svc", 0, "M", nil)
-		queued, _ := caller.Call(ctx, "gone.svc", 0, "M", nil)
-		if _, err := svc.Next(ctx); err != nil {
-			t.Fatal(err)
-		}
+		svcClient, caller, svc := h.serviceAndCaller("svc", "gone.svc", client.ServiceConfig{MaxQueued: 4, MaxInFlight: 1})
+		dispatched, queued, _ := dispatchedAndQueued(t, ctx, caller, svc, "gone.svc")
 		svcClient.Close()
 		_, err := queued.Result(ctx)
 		if code(t, err) != wire.ErrNoService || dispatchOf(t, err) != wire.NotDispatched {
@@ -349,11 +305,8 @@ func TestServiceDisconnectFailsCalls(t *testing.T) {
 func TestUnregisterKeepsDispatchedCallsAnswerable(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		svcClient, caller := h.dial("svc"), h.dial("caller")
-		svc, _ := svcClient.Register(ctx, "unreg.svc", client.ServiceConfig{MaxQueued: 4, MaxInFlight: 1})
-		dispatched, _ := caller.Call(ctx, "unreg.svc", 0, "M", nil)
-		queued, _ := caller.Call(ctx, "unreg.svc", 0, "M", nil)
-		req, _ := svc.Next(ctx)
+		_, caller, svc := h.serviceAndCaller("svc", "unreg.svc", client.ServiceConfig{MaxQueued: 4, MaxInFlight: 1})
+		dispatched, queued, req := dispatchedAndQueued(t, ctx, caller, svc, "unreg.svc")
 		svc.Close()
 		if _, err := queued.Result(ctx); code(t, err) != wire.ErrNoService || dispatchOf(t, err) != wire.NotDispatched {
 			t.Fatalf("queued call: %v", err)
@@ -362,10 +315,7 @@ func TestUnregisterKeepsDispatchedCallsAnswerable(t *testing.T) {
 			t.Fatalf("reply after unregister: %v %v", routed, err)
 		}
 		req.Close()
-		res, err := dispatched.Result(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := mustResult(t, ctx, dispatched)
 		res.Close()
 	})
 }
@@ -373,8 +323,7 @@ func TestUnregisterKeepsDispatchedCallsAnswerable(t *testing.T) {
 func TestResponderReleaseSettlesCall(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		svcClient, caller := h.dial("svc"), h.dial("caller")
-		svc, _ := svcClient.Register(ctx, "resp.svc", client.ServiceConfig{})
+		_, caller, svc := h.serviceAndCaller("svc", "resp.svc", client.ServiceConfig{})
 		p1, _ := caller.Call(ctx, "resp.svc", 0, "M", nil)
 		req, _ := svc.Next(ctx)
 		// A responder outlives its request.
@@ -384,16 +333,13 @@ func TestResponderReleaseSettlesCall(t *testing.T) {
 			t.Fatalf("responder reply: %v %v", routed, err)
 		}
 		resp.Close()
-		res, err := p1.Result(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := mustResult(t, ctx, p1)
 		res.Close()
 		// Dropping every capability without a reply ends the call.
 		p2, _ := caller.Call(ctx, "resp.svc", 0, "M", nil)
 		req2, _ := svc.Next(ctx)
 		req2.Close()
-		_, err = p2.Result(ctx)
+		_, err := p2.Result(ctx)
 		if code(t, err) != wire.ErrCallGone || dispatchOf(t, err) != wire.Dispatched {
 			t.Fatalf("released call: %v", err)
 		}
@@ -403,8 +349,7 @@ func TestResponderReleaseSettlesCall(t *testing.T) {
 func TestStatusAnsweredWhileHandlerDelayed(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		svcClient, caller := h.dial("agent"), h.dial("caller")
-		svc, _ := svcClient.Register(ctx, "agent.status", client.ServiceConfig{})
+		_, caller, svc := h.serviceAndCaller("agent", "agent.status", client.ServiceConfig{})
 		slow, _ := caller.Call(ctx, "agent.status", 0, "Agent.Step", nil)
 		status, _ := caller.Call(ctx, "agent.status", 0, "Agent.Status", nil)
 		stepReq, _ := svc.Next(ctx) // held: a long mutation
@@ -414,17 +359,11 @@ func TestStatusAnsweredWhileHandlerDelayed(t *testing.T) {
 		}
 		statusReq.Reply(ctx, nil)
 		statusReq.Close()
-		res, err := status.Result(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := mustResult(t, ctx, status)
 		res.Close()
 		stepReq.Reply(ctx, nil)
 		stepReq.Close()
-		res, err = slow.Result(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res = mustResult(t, ctx, slow)
 		res.Close()
 	})
 }
@@ -449,10 +388,7 @@ func TestPolicyGrantsAreChecked(t *testing.T) {
 		if _, err := agent.Register(ctx, "agent.fly-b", client.ServiceConfig{}); code(t, err) != wire.ErrNotAuthorized {
 			t.Fatalf("register outside grant: %v", err)
 		}
-		svc, err := agent.Register(ctx, "agent.fly-a", client.ServiceConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		svc := mustRegister(t, ctx, agent, "agent.fly-a", client.ServiceConfig{})
 		go serveCounter(ctx, svc)
 		if _, err := agent.Call(ctx, "agent.fly-a", 0, "M", nil); code(t, err) != wire.ErrNotAuthorized {
 			t.Fatalf("call without grant: %v", err)
@@ -471,8 +407,7 @@ func TestPolicyGrantsAreChecked(t *testing.T) {
 func TestAbandonedCallLeaksNothing(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		svcClient, caller := h.dial("svc"), h.dial("caller")
-		svc, _ := svcClient.Register(ctx, "abandon.svc", client.ServiceConfig{})
+		_, caller, svc := h.serviceAndCaller("svc", "abandon.svc", client.ServiceConfig{})
 		p, _ := caller.Call(ctx, "abandon.svc", 0, "M", nil)
 		short, cancel := context.WithCancel(ctx)
 		cancel()
@@ -483,19 +418,13 @@ func TestAbandonedCallLeaksNothing(t *testing.T) {
 		req.Reply(ctx, nil)
 		req.Close()
 		// Result is safe to call again after the context expired.
-		res, err := p.Result(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := mustResult(t, ctx, p)
 		res.Close()
 		// A call abandoned after dispatch: whether the cancel or the reply
 		// reaches the router first, the SDK consumes any late result and
 		// nothing stays owned.
 		p2, _ := caller.Call(ctx, "abandon.svc", 0, "M", nil)
-		req2, err := svc.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		req2 := nextRequest(t, ctx, svc)
 		p2.Close()
 		req2.Reply(ctx, nil)
 		req2.Close()
@@ -508,8 +437,7 @@ func TestAbandonedCallLeaksNothing(t *testing.T) {
 func TestConcurrentCallsOnOneClient(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		svcClient, caller := h.dial("svc"), h.dial("caller")
-		svc, _ := svcClient.Register(ctx, "conc.svc", client.ServiceConfig{})
+		_, caller, svc := h.serviceAndCaller("svc", "conc.svc", client.ServiceConfig{})
 		go serveCounter(ctx, svc)
 		errs := make(chan error, 8)
 		for range 8 {

@@ -30,28 +30,17 @@ func isClosedHandle(t *testing.T, what string, err error) {
 func TestHandlesRefuseUseAfterTheirOwnClose(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		prod, cons := h.dial("producer"), h.dial("consumer")
-		mustDeclare(t, prod, "frames", wire.RetainNone)
-		s, err := cons.Subscribe(ctx, "frames", client.Bounded())
-		if err != nil {
-			t.Fatal(err)
-		}
+		prod, _, s := h.pubSub("producer", "consumer", "frames", wire.RetainNone, client.Bounded())
 		a := produce(t, prod, frameBytes(5, 4096))
 		if _, err := prod.Publish(ctx, "frames", map[string]int{"n": 1}, client.Attach("img", a)); err != nil {
 			t.Fatal(err)
 		}
-		m, err := s.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		img, err := m.Artifact("img")
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := nextMessage(t, ctx, s)
+		img := mustArtifact(t, m, "img")
 
 		// Message: closed while img shares its delivery.
 		m.Close()
-		_, err = m.Artifact("img")
+		_, err := m.Artifact("img")
 		isClosedHandle(t, "Message.Artifact", err)
 		isClosedHandle(t, "Message.Decode", m.Decode(&struct{}{}))
 
@@ -75,10 +64,7 @@ func TestHandlesRefuseUseAfterTheirOwnClose(t *testing.T) {
 		isClosedHandle(t, "Publish with a closed artifact", err)
 
 		// View and reader: closed while the clone keeps the delivery.
-		v, err := clone.View(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		v := mustMap(t, ctx, clone)
 		v.Close()
 		if v.Bytes() != nil {
 			t.Fatal("a closed view still hands out its bytes")
@@ -140,23 +126,13 @@ func TestHandlesRefuseUseAfterTheirOwnClose(t *testing.T) {
 func TestRPCHandlesRefuseUseAfterTheirOwnClose(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		srv, caller := h.dial("server"), h.dial("caller")
-		svc, err := srv.Register(ctx, "svc", client.ServiceConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := caller.Call(ctx, "svc", 0, "M", map[string]any{"x": []int{1, 2}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		req, err := svc.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, caller, svc := h.serviceAndCaller("server", "svc", client.ServiceConfig{})
+		p := mustCall(t, ctx, caller, "svc", 0, "M", map[string]any{"x": []int{1, 2}})
+		req := nextRequest(t, ctx, svc)
 		// Request: closed while a Responder keeps the reply capability.
 		resp := req.Responder()
 		req.Close()
-		_, err = req.Reply(ctx, nil)
+		_, err := req.Reply(ctx, nil)
 		isClosedHandle(t, "Request.Reply", err)
 		isClosedHandle(t, "Request.Decode", req.Decode(&struct{}{}))
 		_, err = req.Artifact("f")
@@ -172,10 +148,7 @@ func TestRPCHandlesRefuseUseAfterTheirOwnClose(t *testing.T) {
 		_, err = resp.Reply(ctx, nil)
 		isClosedHandle(t, "Responder.Reply", err)
 
-		res, err := p.Result(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := mustResult(t, ctx, p)
 		if string(res.Outcome) != `{"got":{"x":[1,2]}}` {
 			t.Fatalf("outcome %s", res.Outcome)
 		}
@@ -207,14 +180,8 @@ func TestErrorsNameWhatEnded(t *testing.T) {
 		ctx := ctxT(t)
 		c := h.dial("closer")
 		mustDeclare(t, c, "t", wire.RetainNone)
-		svc, err := c.Register(ctx, "svc", client.ServiceConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := c.Subscribe(ctx, "t", client.Latest())
-		if err != nil {
-			t.Fatal(err)
-		}
+		svc := mustRegister(t, ctx, c, "svc", client.ServiceConfig{})
+		s := mustSubscribe(t, ctx, c, "t", client.Latest())
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -239,7 +206,7 @@ func TestErrorsNameWhatEnded(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-lost.Done()
-		_, err = lost.DeclareTopic(ctx, "v", wire.RetainNone)
+		_, err := lost.DeclareTopic(ctx, "v", wire.RetainNone)
 		if !errors.Is(err, wire.ErrRouterLost) || errors.Is(err, client.ErrClosed) {
 			t.Fatalf("after the router went away: %v, want ROUTER_LOST", err)
 		}
@@ -260,9 +227,7 @@ func TestCloseReleasesTheClientIDAtOnce(t *testing.T) {
 			if err != nil {
 				t.Fatalf("connect %d: %v", i, err)
 			}
-			if _, err := c.DeclareTopic(ctx, "t", wire.RetainNone); err != nil {
-				t.Fatal(err)
-			}
+			mustDeclare(t, c, "t", wire.RetainNone)
 			if err := c.Close(); err != nil {
 				t.Fatalf("close %d: %v", i, err)
 			}
@@ -292,9 +257,7 @@ func TestConnectToAFullRouterSaysWhy(t *testing.T) {
 			t.Fatalf("attempt %d: %v, want QUOTA_EXCEEDED naming maxClients", i, err)
 		}
 	}
-	if _, err := first.DeclareTopic(ctxT(t), "still.up", wire.RetainNone); err != nil {
-		t.Fatal(err)
-	}
+	mustDeclare(t, first, "still.up", wire.RetainNone)
 }
 
 // Row 2.6: a clone shares its original's owner. Closing the original keeps
@@ -336,29 +299,20 @@ func TestLocalClonesSendNothing(t *testing.T) {
 		prod := h.dial("producer")
 		cons, tc := h.dialTap("consumer", client.Config{})
 		mustDeclare(t, prod, "frames", wire.RetainNone)
-		s, err := cons.Subscribe(ctx, "frames", client.Bounded())
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustSubscribe(t, ctx, cons, "frames", client.Bounded())
 		a := produce(t, prod, frameBytes(19, 1024))
 		if _, err := prod.Publish(ctx, "frames", nil, client.Attach("img", a)); err != nil {
 			t.Fatal(err)
 		}
 		a.Close()
 		barrier(t, prod) // the producer's release is processed before the count is read
-		m, err := s.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := nextMessage(t, ctx, s)
 		barrier(t, cons)
 		before := tc.written()
 		owners := h.r.Stats().Owners
 		var handles []*client.Artifact
 		for range 2 {
-			x, err := m.Artifact("img")
-			if err != nil {
-				t.Fatal(err)
-			}
+			x := mustArtifact(t, m, "img")
 			y, err := x.Clone()
 			if err != nil {
 				t.Fatal(err)
@@ -392,12 +346,7 @@ func TestLocalClonesSendNothing(t *testing.T) {
 func TestOneArtifactKeepsTheDelivery(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		prod, cons := h.dial("producer"), h.dial("consumer")
-		mustDeclare(t, prod, "pairs", wire.RetainNone)
-		s, err := cons.Subscribe(ctx, "pairs", client.Bounded())
-		if err != nil {
-			t.Fatal(err)
-		}
+		prod, cons, s := h.pubSub("producer", "consumer", "pairs", wire.RetainNone, client.Bounded())
 		left, right := produce(t, prod, frameBytes(21, 2048)), produce(t, prod, frameBytes(23, 2048))
 		if _, err := prod.Publish(ctx, "pairs", nil, client.Attach("left", left), client.Attach("right", right)); err != nil {
 			t.Fatal(err)
@@ -405,14 +354,8 @@ func TestOneArtifactKeepsTheDelivery(t *testing.T) {
 		left.Close()
 		right.Close()
 		barrier(t, prod)
-		m, err := s.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kept, err := m.Artifact("left")
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := nextMessage(t, ctx, s)
+		kept := mustArtifact(t, m, "left")
 		m.Close()
 		barrier(t, cons)
 		if n := sealedFiles(t, h); n != 2 {
@@ -440,10 +383,7 @@ func TestExpiredPublishKeepsTheGuard(t *testing.T) {
 		prod, tc := h.dialTap("producer", client.Config{})
 		cons := h.dial("consumer")
 		mustDeclare(t, prod, "frames", wire.RetainNone)
-		s, err := cons.Subscribe(ctx, "frames", client.Bounded())
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustSubscribe(t, ctx, cons, "frames", client.Bounded())
 		data := frameBytes(17, 4096)
 		a := produce(t, prod, data)
 
@@ -463,10 +403,7 @@ func TestExpiredPublishKeepsTheGuard(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the late publication was not admitted: %v", err)
 		}
-		img, err := m.Artifact("img")
-		if err != nil {
-			t.Fatal(err)
-		}
+		img := mustArtifact(t, m, "img")
 		got, err := img.ReadAll(ctx)
 		if err != nil || !bytes.Equal(got, data) {
 			t.Fatalf("the published artifact: %v", err)

@@ -32,10 +32,7 @@ func collectLeaks(t *testing.T, c *client.Client, n uint64) {
 //
 //go:noinline
 func dropMessage(t *testing.T, s *client.Subscription) uint64 {
-	m, err := s.Next(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := nextMessage(t, ctxT(t), s)
 	return m.TopicSequence
 }
 
@@ -59,10 +56,7 @@ func TestForgottenMessageReturnsItsCredit(t *testing.T) {
 		}
 		defer cons.Close()
 		mustDeclare(t, prod, "ticks", wire.RetainNone)
-		s, err := cons.Subscribe(ctx, "ticks", client.Bounded().InFlight(1))
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustSubscribe(t, ctx, cons, "ticks", client.Bounded().InFlight(1))
 		for range 2 {
 			if _, err := prod.Publish(ctx, "ticks", nil); err != nil {
 				t.Fatal(err)
@@ -76,10 +70,7 @@ func TestForgottenMessageReturnsItsCredit(t *testing.T) {
 			t.Fatalf("no log line names the leaked handle: %q", log.String())
 		}
 		// The credit came back: the second message is delivered.
-		m, err := s.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := nextMessage(t, ctx, s)
 		if m.TopicSequence != 2 {
 			t.Fatalf("second message has sequence %d", m.TopicSequence)
 		}
@@ -93,36 +84,20 @@ func TestForgottenMessageReturnsItsCredit(t *testing.T) {
 func TestForgottenRequestReturnsItsCredit(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		srv, caller := h.dial("server"), h.dial("caller")
-		svc, err := srv.Register(ctx, "svc", client.ServiceConfig{MaxInFlight: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p1, err := caller.Call(ctx, "svc", 0, "M", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p2, err := caller.Call(ctx, "svc", 0, "M", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		srv, caller, svc := h.serviceAndCaller("server", "svc", client.ServiceConfig{MaxInFlight: 1})
+		p1 := mustCall(t, ctx, caller, "svc", 0, "M", nil)
+		p2 := mustCall(t, ctx, caller, "svc", 0, "M", nil)
 		dropRequest(t, svc)
 		collectLeaks(t, srv, 1)
 		if _, err := p1.Result(ctx); code(t, err) != wire.ErrCallGone {
 			t.Fatalf("forgotten request's call: %v, want CALL_GONE", err)
 		}
-		req, err := svc.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		req := nextRequest(t, ctx, svc)
 		if _, err := req.Reply(ctx, nil); err != nil {
 			t.Fatal(err)
 		}
 		req.Close()
-		res, err := p2.Result(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := mustResult(t, ctx, p2)
 		res.Close()
 		p1.Close()
 		p2.Close()

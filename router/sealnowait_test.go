@@ -33,15 +33,9 @@ func fill(t *testing.T, c *client.Client, data []byte) *client.ArtifactWriter {
 // bytes and reference.
 func readMessage(t *testing.T, sub *client.Subscription) ([]byte, wire.ArtifactRef) {
 	t.Helper()
-	m, err := sub.Next(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := nextMessage(t, ctxT(t), sub)
 	defer m.Close()
-	a, err := m.Artifact("frame")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustArtifact(t, m, "frame")
 	defer a.Close()
 	b, err := a.ReadAll(ctxT(t))
 	if err != nil {
@@ -55,13 +49,8 @@ func readMessage(t *testing.T, sub *client.Subscription) ([]byte, wire.ArtifactR
 func frameTopic(t *testing.T, h *harness) (*client.Client, *client.Subscription) {
 	t.Helper()
 	prod, cons := h.dial("producer"), h.dial("consumer")
-	if _, err := prod.DeclareTopic(ctxT(t), "frames", wire.RetainNone); err != nil {
-		t.Fatal(err)
-	}
-	sub, err := cons.Subscribe(ctxT(t), "frames", client.Bounded())
-	if err != nil {
-		t.Fatal(err)
-	}
+	mustDeclare(t, prod, "frames", wire.RetainNone)
+	sub := mustSubscribe(t, ctxT(t), cons, "frames", client.Bounded())
 	return prod, sub
 }
 
@@ -200,10 +189,7 @@ func TestSealNoWaitThenCallAndReply(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		caller, agent := h.dial("caller"), h.dial("agent")
-		svc, err := agent.Register(ctx, "agent.echo", client.ServiceConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		svc := mustRegister(t, ctx, agent, "agent.echo", client.ServiceConfig{})
 		in, out := frameBytes(1, 32<<10), frameBytes(2, 32<<10)
 		done := make(chan error, 1)
 		go func() {
@@ -248,10 +234,7 @@ func TestSealNoWaitThenCallAndReply(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-		ra, err := res.Artifact("frame")
-		if err != nil {
-			t.Fatal(err)
-		}
+		ra := mustArtifact(t, res, "frame")
 		b, err := ra.ReadAll(ctx)
 		if err != nil || !bytes.Equal(b, out) {
 			t.Fatalf("result frame: %d bytes, %v", len(b), err)

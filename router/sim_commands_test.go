@@ -309,13 +309,7 @@ func (s *sim) opPublish(ss *simSession) bool {
 }
 
 func (s *sim) opConsumed(ss *simSession) bool {
-	keys := slices.Sorted(maps.Keys(ss.dlvs))
-	var ids []wire.DeliveryID
-	for range 1 + s.rng.IntN(4) {
-		if len(keys) > 0 {
-			ids = append(ids, keys[s.rng.IntN(len(keys))])
-		}
-	}
+	ids := simPickSome(s.rng, ss.dlvs, 4)
 	if len(ss.retired) > 0 && (len(ids) == 0 || s.rng.IntN(6) == 0) {
 		ids = append(ids, ss.retired[s.rng.IntN(len(ss.retired))])
 	}
@@ -423,12 +417,9 @@ func (s *sim) opOpenOrRetain(ss *simSession) bool {
 }
 
 func (s *sim) opRelease(ss *simSession) bool {
-	keys := slices.Sorted(maps.Keys(ss.holds))
 	var ids []wire.OwnerID
-	for range 1 + s.rng.IntN(3) {
-		if len(keys) > 0 {
-			ids = append(ids, wire.HoldOwner(wire.HoldID(keys[s.rng.IntN(len(keys))])))
-		}
+	for _, k := range simPickSome(s.rng, ss.holds, 3) {
+		ids = append(ids, wire.HoldOwner(wire.HoldID(k)))
 	}
 	if len(ss.released) > 0 && (len(ids) == 0 || s.rng.IntN(5) == 0) {
 		ids = append(ids, wire.HoldOwner(wire.HoldID(ss.released[s.rng.IntN(len(ss.released))])))

@@ -237,6 +237,19 @@ func simPick[K cmp.Ordered, V any](rng *rand.Rand, m map[K]V) (K, V, bool) {
 	return k, m[k], true
 }
 
+// simPickSome returns 1+rng.IntN(n) random keys of m, repeats allowed, or
+// none when m is empty; sorted first, like simPick.
+func simPickSome[K cmp.Ordered, V any](rng *rand.Rand, m map[K]V, n int) []K {
+	keys := slices.Sorted(maps.Keys(m))
+	var out []K
+	for range 1 + rng.IntN(n) {
+		if len(keys) > 0 {
+			out = append(out, keys[rng.IntN(len(keys))])
+		}
+	}
+	return out
+}
+
 // randomStep runs one operation chosen by weight among those that apply.
 func (s *sim) randomStep() {
 	for {

@@ -443,6 +443,15 @@ func (s *sim) checkWakeups() {
 	}
 }
 
+// idKeys lists the keys of a map keyed by a wire id, for comparing id sets.
+func idKeys[M ~map[K]V, K ~uint64, V any](m M) []uint64 {
+	var out []uint64
+	for id := range m {
+		out = append(out, uint64(id))
+	}
+	return out
+}
+
 // checkView compares what a quiet client knows of its own resources with
 // the core: deliveries, capabilities, calls, subscriptions, services and
 // holds. Quiet means every command was answered and the control lane is
@@ -459,40 +468,19 @@ func (s *sim) checkView(ss *simSession) {
 			s.fail("client-view", "%s: the client holds %s %v, the core %v", ss.name, what, view, core)
 		}
 	}
+	diff("deliveries", idKeys(ss.dlvs), idKeys(c.dlvs))
+	diff("capabilities", idKeys(ss.caps), idKeys(c.caps))
 	var v, k []uint64
-	for d := range ss.dlvs {
-		v = append(v, uint64(d))
-	}
-	for d := range c.dlvs {
-		k = append(k, uint64(d))
-	}
-	diff("deliveries", v, k)
-	v, k = v[:0], k[:0]
-	for d := range ss.caps {
-		v = append(v, uint64(d))
-	}
-	for d := range c.caps {
-		k = append(k, uint64(d))
-	}
-	diff("capabilities", v, k)
-	v, k = v[:0], k[:0]
 	for id, cl := range ss.calls {
 		if cl.accepted {
 			v = append(v, uint64(id))
 		}
 	}
-	for id := range c.calls {
-		k = append(k, uint64(id))
-	}
-	diff("calls", v, k)
-	v, k = v[:0], k[:0]
-	for id := range ss.subs {
-		v = append(v, uint64(id))
-	}
+	diff("calls", v, idKeys(c.calls))
 	for _, sub := range c.subs {
 		k = append(k, uint64(sub.id))
 	}
-	diff("subscriptions", v, k)
+	diff("subscriptions", idKeys(ss.subs), k)
 	v, k = v[:0], k[:0]
 	for _, inc := range ss.services {
 		v = append(v, uint64(inc))

@@ -523,22 +523,7 @@ func TestSoak(t *testing.T) {
 	base := leakcheck.Goroutines()
 	fdBase, _ := leakcheck.FDs()
 	h := newHarness(t, router.Config{Policy: router.OpenPolicy()}, true)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := h.r.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		leakcheck.WaitGoroutines(t, base)
-		deadline := time.Now().Add(10 * time.Second)
-		for n, _ := leakcheck.FDs(); n > fdBase; n, _ = leakcheck.FDs() {
-			if time.Now().After(deadline) {
-				t.Errorf("descriptors: %d before, %d after: %s", fdBase, n, fdTargets())
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
-	})
+	t.Cleanup(func() { h.shutdown(t, base, fdBase, 10*time.Second) })
 	maps0 := storeMaps(t, h)
 	admin := h.dial("soak-admin")
 	mustDeclare(t, admin, "soak.frames", wire.RetainLatest)

@@ -5,16 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/flybus/flybus/router"
 )
 
 func TestRouterOwnsItsStoreDirectory(t *testing.T) {
 	root := t.TempDir()
-	r, err := router.New(router.Config{Policy: router.OpenPolicy(), StoreRoot: root})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := openRouterOn(t, root)
 	dir := r.StoreDir()
 	if filepath.Base(dir) != r.StoreID().String() || filepath.Dir(dir) != root {
 		t.Fatalf("store dir %s for %s", dir, r.StoreID())
@@ -24,10 +19,7 @@ func TestRouterOwnsItsStoreDirectory(t *testing.T) {
 		t.Fatalf("store dir: %v %v", fi, err)
 	}
 	// A second live router on the same root never touches the first.
-	r2, err := router.New(router.Config{Policy: router.OpenPolicy(), StoreRoot: root})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r2 := openRouterOn(t, root)
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatalf("a live store was removed: %v", err)
 	}

@@ -38,8 +38,14 @@ func (r *raw) sendBytes(b []byte) {
 
 func (r *raw) command(op wire.Op, body wire.Body) uint64 {
 	r.t.Helper()
+	return r.commandWith(op, body, nil)
+}
+
+// commandWith sends a command carrying attachments and returns its serial.
+func (r *raw) commandWith(op wire.Op, body wire.Body, atts []wire.Attachment) uint64 {
+	r.t.Helper()
 	r.id++
-	b, err := wire.AppendFrame(nil, wire.Header{ID: r.id, Kind: wire.KindCommand, Op: op}, body, nil)
+	b, err := wire.AppendFrame(nil, wire.Header{ID: r.id, Kind: wire.KindCommand, Op: op}, body, atts)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -188,10 +194,7 @@ func TestBodyErrorsKeepTheConnection(t *testing.T) {
 			}
 		}
 		// Still up: a valid command works.
-		r.command(wire.OpServiceRegister, &wire.Register{Name: "a", MaxQueued: 1, MaxInFlight: 1})
-		if be := r.reply(&wire.RegisterOK{}); be != nil {
-			t.Fatal(be)
-		}
+		rawOK(t, r, wire.OpServiceRegister, &wire.Register{Name: "a", MaxQueued: 1, MaxInFlight: 1}, &wire.RegisterOK{})
 	})
 }
 
@@ -298,9 +301,6 @@ func TestUnknownOpReplySpelling(t *testing.T) {
 			t.Fatalf("reply echoes the unknown op: %s", text)
 		}
 		// Still up: a valid command works.
-		r.command(wire.OpTopicDeclare, &wire.Declare{Name: "t", Retained: wire.RetainNone})
-		if be := r.reply(&wire.DeclareOK{}); be != nil {
-			t.Fatal(be)
-		}
+		rawOK(t, r, wire.OpTopicDeclare, &wire.Declare{Name: "t", Retained: wire.RetainNone}, &wire.DeclareOK{})
 	})
 }

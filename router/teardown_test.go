@@ -30,26 +30,14 @@ func TestTeardownAfterHalfAFrame(t *testing.T) {
 			forEachTransport(t, open(), func(t *testing.T, h *harness) {
 				ctx := ctxT(t)
 				caller := h.dial("half-caller")
-				other, err := caller.Register(ctx, "half.other", client.ServiceConfig{})
-				if err != nil {
-					t.Fatal(err)
-				}
+				other := mustRegister(t, ctx, caller, "half.other", client.ServiceConfig{})
 				torn := newPeer(t, h, "half-torn")
 				torn.register("half.svc", 4, 1)
-				dispatched, err := caller.Call(ctx, "half.svc", 0, "M", nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				queued, err := caller.Call(ctx, "half.svc", 0, "M", nil)
-				if err != nil {
-					t.Fatal(err)
-				}
+				dispatched := mustCall(t, ctx, caller, "half.svc", 0, "M", nil)
+				queued := mustCall(t, ctx, caller, "half.svc", 0, "M", nil)
 				req := torn.request()
 				torn.callOK(1, "half.other")
-				inbound, err := other.Next(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
+				inbound := nextRequest(t, ctx, other)
 
 				frame, err := wire.AppendFrame(nil, wire.Header{ID: torn.id + 1, Kind: wire.KindCommand, Op: wire.OpRPCReply},
 					&wire.Reply{CallID: req.CallID, RequestDeliveryID: req.DeliveryID, Outcome: wire.RawJSON(`{"never":"finished"}`)}, nil)
@@ -82,22 +70,27 @@ func TestTeardownAfterHalfAFrame(t *testing.T) {
 	}
 }
 
+// stalledService registers name, with room for 16 requests, on a raw peer
+// that never reads and dials a caller; big is a payload a few requests of
+// which fill the peer's socket.
+func stalledService(t *testing.T, h *harness, callerID, svcID, name string) (caller *client.Client, s *peer, big wire.RawJSON) {
+	t.Helper()
+	caller = h.dial(callerID)
+	s = newPeer(t, h, svcID)
+	s.register(name, 16, 16)
+	return caller, s, wire.RawJSON(`{"p":"` + strings.Repeat("x", 60000) + `"}`)
+}
+
 // A client that stops reading while the router has a large backlog for it
 // (requests the writer is stuck on, more queued behind them, replies on the
 // control lane) and then closes: the stuck write ends and everything goes.
 func TestTeardownOfAStalledReader(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		caller := h.dial("stall-caller")
-		s := newPeer(t, h, "stall-svc")
-		s.register("stall.svc", 16, 16)
-		big := wire.RawJSON(`{"p":"` + strings.Repeat("x", 60000) + `"}`)
+		caller, s, big := stalledService(t, h, "stall-caller", "stall-svc", "stall.svc")
 		var calls []*client.PendingCall
 		for range 16 {
-			p, err := caller.Call(ctx, "stall.svc", 0, "M", big)
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := mustCall(t, ctx, caller, "stall.svc", 0, "M", big)
 			calls = append(calls, p)
 		}
 		for n := uint64(1); n <= 50; n++ {
@@ -135,10 +128,7 @@ func TestTeardownOfAStalledReader(t *testing.T) {
 func TestShutdownWithAStalledReader(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		caller := h.dial("sd-caller")
-		s := newPeer(t, h, "sd-stalled")
-		s.register("sd.svc", 16, 16)
-		big := wire.RawJSON(`{"p":"` + strings.Repeat("x", 60000) + `"}`)
+		caller, s, big := stalledService(t, h, "sd-caller", "sd-stalled", "sd.svc")
 		for range 8 {
 			if _, err := caller.Call(ctx, "sd.svc", 0, "M", big); err != nil {
 				t.Fatal(err)

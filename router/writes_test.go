@@ -20,9 +20,7 @@ func TestStalledSubscriberIsWrittenByItsOwnWriter(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		pub := h.dial("pub")
-		if _, err := pub.DeclareTopic(ctx, "big", wire.RetainNone); err != nil {
-			t.Fatal(err)
-		}
+		mustDeclare(t, pub, "big", wire.RetainNone)
 		r := newRaw(t, h.conn(""))
 		r.hello("stalled")
 		l := wire.DefaultLimits()
@@ -49,9 +47,7 @@ func TestStalledSubscriberIsWrittenByItsOwnWriter(t *testing.T) {
 		})
 		// The publisher is still served while the subscriber's writer is
 		// blocked.
-		if _, err := pub.DeclareTopic(ctx, "other", wire.RetainNone); err != nil {
-			t.Fatal(err)
-		}
+		mustDeclare(t, pub, "other", wire.RetainNone)
 		var msg wire.TopicMessage
 		for i := range n {
 			if err := r.next(); err != nil {
@@ -82,17 +78,11 @@ func TestPublishBehindItsSealSeesItSealed(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		r := newRaw(t, h.conn(""))
 		r.hello("pipeliner")
-		r.command(wire.OpTopicDeclare, &wire.Declare{Name: "piped", Retained: wire.RetainLatest})
-		if be := r.reply(&wire.DeclareOK{}); be != nil {
-			t.Fatal(be)
-		}
+		rawOK(t, r, wire.OpTopicDeclare, &wire.Declare{Name: "piped", Retained: wire.RetainLatest}, &wire.DeclareOK{})
 		data := bytes.Repeat([]byte{0x5a}, 1<<20)
 		for round := range 10 {
 			alloc := rawAllocate(t, r, uint64(len(data)))
-			f, err := store.OpenWrite(h.root, alloc.WriteLocation.StoreID.String(), alloc.WriteLocation.RelativePath)
-			if err != nil {
-				t.Fatal(err)
-			}
+			f := openLocation(t, h, store.OpenWrite, alloc.WriteLocation)
 			if _, err := f.Write(data); err != nil {
 				t.Fatal(err)
 			}
@@ -135,10 +125,7 @@ func TestPublishBehindItsSealSeesItSealed(t *testing.T) {
 			if sealed.Ref != ref {
 				t.Fatalf("round %d: sealed as %+v, published as %+v", round, sealed.Ref, ref)
 			}
-			r.command(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{sealed.OwnerID}})
-			if be := r.reply(&wire.Released{}); be != nil {
-				t.Fatal(be)
-			}
+			rawOK(t, r, wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{sealed.OwnerID}}, &wire.Released{})
 		}
 	})
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"io/fs"
 	"os"
@@ -32,19 +33,10 @@ func openStore(t testing.TB, cfg Config) *Store {
 	return s
 }
 
-func fds(t testing.TB) int {
-	t.Helper()
-	n, err := leakcheck.FDs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // checkFDs fails if the number of open descriptors is not n.
 func checkFDs(t testing.TB, n int) {
 	t.Helper()
-	if got := fds(t); got != n {
+	if got := shmtest.FDs(t); got != n {
 		t.Fatalf("open descriptors: %d, want %d", got, n)
 	}
 }
@@ -72,10 +64,7 @@ func pattern(n int, seed byte) []byte {
 // as a well-behaved producer does.
 func fill(t testing.TB, s *Store, rel string, data []byte) {
 	t.Helper()
-	f, err := OpenWrite(s.Root(), s.ID(), rel)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openIn(t, s, OpenWrite, rel)
 	if _, err := f.WriteAt(data, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -118,4 +107,48 @@ func statBlocks(t testing.TB, path string) int64 {
 		t.Fatal(err)
 	}
 	return st.Blocks
+}
+
+// openIn opens rel of s with open (OpenRead or OpenWrite), as a client
+// resolving a location does.
+func openIn(t testing.TB, s *Store, open func(root, storeID, relPath string) (*os.File, error), rel string) *os.File {
+	t.Helper()
+	f, err := open(s.Root(), s.ID(), rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// mapIn maps n bytes of rel of s with mapFile (mmap.MapFile or
+// mmap.MapWritable) and closes the descriptor, which the mapping outlives.
+func mapIn[M any](t testing.TB, s *Store, open func(root, storeID, relPath string) (*os.File, error), rel string, mapFile func(*os.File, int64) (M, error), n int64) M {
+	t.Helper()
+	f := openIn(t, s, open, rel)
+	m, err := mapFile(f, n)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func mustStage(t testing.TB, s *Store, size int64) Staging {
+	t.Helper()
+	st, err := s.Stage(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// mustSeal seals st, which holds data, checking data's digest.
+func mustSeal(t testing.TB, s *Store, st Staging, data []byte) Sealed {
+	t.Helper()
+	d := sha256.Sum256(data)
+	out, err := s.Seal(st.RelPath, int64(len(data)), &d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

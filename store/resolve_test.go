@@ -186,7 +186,7 @@ func TestResolvers(t *testing.T) {
 	} {
 		for rname, resolve := range resolvers {
 			t.Run(rname+"/"+strings.ReplaceAll(c.name, "/", "|"), func(t *testing.T) {
-				before := fds(t)
+				before := shmtest.FDs(t)
 				fd, err := resolve(rootfd, c.name, unix.O_RDONLY)
 				if c.ok {
 					if err != nil {
@@ -232,7 +232,7 @@ func TestOpenLocation(t *testing.T) {
 }
 
 func testOpenLocation(t *testing.T, root string) {
-	before := fds(t)
+	before := shmtest.FDs(t)
 	for _, rel := range []string{"file", "sub/file"} {
 		f, err := OpenRead(root, testID, rel)
 		if err != nil {

@@ -190,10 +190,7 @@ func TestSealRefusesReplacedFile(t *testing.T) {
 					cfg = Config{}
 				}
 				s := openStore(t, cfg)
-				st, err := s.Stage(size)
-				if err != nil {
-					t.Fatal(err)
-				}
+				st := mustStage(t, s, size)
 				if pooled {
 					// The first Stage of a size misses; the pool prepares
 					// the next ones.
@@ -203,9 +200,7 @@ func TestSealRefusesReplacedFile(t *testing.T) {
 					if !s.pool.waitIdle() {
 						t.Fatal("the pool failed")
 					}
-					if st, err = s.Stage(size); err != nil {
-						t.Fatal(err)
-					}
+					st = mustStage(t, s, size)
 					if s.Stats().PoolHits != 1 {
 						t.Fatalf("not a pool hit: %+v", s.Stats())
 					}
@@ -220,8 +215,8 @@ func TestSealRefusesReplacedFile(t *testing.T) {
 					t.Fatal(err)
 				}
 				c.replace(t, filepath.Join(s.Dir(), st.RelPath), other)
-				before := fds(t)
-				_, err = s.Seal(st.RelPath, size, nil)
+				before := shmtest.FDs(t)
+				_, err := s.Seal(st.RelPath, size, nil)
 				if !errors.Is(err, ErrReplaced) || errors.Is(err, ErrMismatch) {
 					t.Fatalf("Seal = %v, want ErrReplaced", err)
 				}
@@ -266,10 +261,7 @@ func TestSealRefusesUnstagedName(t *testing.T) {
 // lease does not prevent) is refused and removed.
 func TestCheckNamed(t *testing.T) {
 	s := openStore(t, Config{PoolDepth: -1})
-	st, err := s.Stage(10)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := mustStage(t, s, 10)
 	id, ok := s.takeStaging(1)
 	if !ok {
 		t.Fatal("no identity recorded for the staged file")

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/flybus/flybus/internal/shmtest"
 	"github.com/flybus/flybus/mmap"
 	"golang.org/x/sys/unix"
 )
@@ -16,19 +17,11 @@ const frame = 1228800
 
 func TestSealLease(t *testing.T) {
 	s := openStore(t, Config{PoolDepth: -1})
-	st, err := s.Stage(frame)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := mustStage(t, s, frame)
 	data := pattern(frame, 3)
 	fill(t, s, st.RelPath, data)
-	before := fds(t)
-	digest := sha256.Sum256(data)
-
-	sealed, err := s.Seal(st.RelPath, frame, &digest)
-	if err != nil {
-		t.Fatal(err)
-	}
+	before := shmtest.FDs(t)
+	sealed := mustSeal(t, s, st, data)
 	checkFDs(t, before)
 	if sealed.Path != SealLease || sealed.Size != frame || !ValidRelPath(sealed.RelPath) {
 		t.Fatalf("Sealed = %+v, want a lease seal of %d bytes", sealed, frame)
@@ -48,10 +41,7 @@ func TestSealLease(t *testing.T) {
 func TestSealLeaseWithoutDigest(t *testing.T) {
 	s := openStore(t, Config{})
 	for _, size := range []int64{0, 1, 4097} {
-		st, err := s.Stage(size)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := mustStage(t, s, size)
 		data := pattern(int(size), 9)
 		fill(t, s, st.RelPath, data)
 		sealed, err := s.Seal(st.RelPath, size, nil)
@@ -69,26 +59,15 @@ func TestSealLeaseWithoutDigest(t *testing.T) {
 // cannot change the sealed bytes.
 func TestSealCopyDescriptor(t *testing.T) {
 	s := openStore(t, Config{PoolDepth: -1})
-	st, err := s.Stage(frame)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := OpenWrite(s.Root(), s.ID(), st.RelPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := mustStage(t, s, frame)
+	w := openIn(t, s, OpenWrite, st.RelPath)
 	defer w.Close()
 	data := pattern(frame, 5)
 	if _, err := w.WriteAt(data, 0); err != nil {
 		t.Fatal(err)
 	}
-	before := fds(t)
-	digest := sha256.Sum256(data)
-
-	sealed, err := s.Seal(st.RelPath, frame, &digest)
-	if err != nil {
-		t.Fatal(err)
-	}
+	before := shmtest.FDs(t)
+	sealed := mustSeal(t, s, st, data)
 	checkFDs(t, before)
 	if sealed.Path != SealCopy {
 		t.Fatalf("sealed by %v with a writable descriptor open", sealed.Path)
@@ -121,19 +100,8 @@ func TestSealCopyDescriptor(t *testing.T) {
 // descriptor closed) cannot change the sealed bytes either.
 func TestSealCopyMapping(t *testing.T) {
 	s := openStore(t, Config{PoolDepth: -1})
-	st, err := s.Stage(frame)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := OpenWrite(s.Root(), s.ID(), st.RelPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := mmap.MapWritable(f, frame)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := mustStage(t, s, frame)
+	m := mapIn(t, s, OpenWrite, st.RelPath, mmap.MapWritable, frame)
 	defer m.Close()
 	data := pattern(frame, 11)
 	copy(m.Bytes(), data)
@@ -162,29 +130,15 @@ func TestSealCopyOthers(t *testing.T) {
 		hold func(t *testing.T, s *Store, rel string) (release func())
 	}{
 		{"Reader", func(t *testing.T, s *Store, rel string) func() {
-			f, err := OpenRead(s.Root(), s.ID(), rel)
-			if err != nil {
-				t.Fatal(err)
-			}
+			f := openIn(t, s, OpenRead, rel)
 			return func() { f.Close() }
 		}},
 		{"ReadOnlyMapping", func(t *testing.T, s *Store, rel string) func() {
-			f, err := OpenRead(s.Root(), s.ID(), rel)
-			if err != nil {
-				t.Fatal(err)
-			}
-			v, err := mmap.MapFile(f, 4096)
-			f.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
+			v := mapIn(t, s, OpenRead, rel, mmap.MapFile, 4096)
 			return func() { v.Close() }
 		}},
 		{"ChildProcess", func(t *testing.T, s *Store, rel string) func() {
-			f, err := OpenWrite(s.Root(), s.ID(), rel)
-			if err != nil {
-				t.Fatal(err)
-			}
+			f := openIn(t, s, OpenWrite, rel)
 			defer f.Close()
 			// The child inherits the descriptor at fork; Start returns once
 			// it has exec'd, so the parent's copy can go.
@@ -198,10 +152,7 @@ func TestSealCopyOthers(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := openStore(t, Config{PoolDepth: -1})
-			st, err := s.Stage(4096)
-			if err != nil {
-				t.Fatal(err)
-			}
+			st := mustStage(t, s, 4096)
 			data := pattern(4096, 1)
 			fill(t, s, st.RelPath, data)
 			release := c.hold(t, s, st.RelPath)
@@ -239,14 +190,8 @@ func TestSealMismatch(t *testing.T) {
 		for _, path := range []SealPath{SealLease, SealCopy} {
 			t.Run(c.name+"/"+path.String(), func(t *testing.T) {
 				s := openStore(t, Config{PoolDepth: -1})
-				st, err := s.Stage(size)
-				if err != nil {
-					t.Fatal(err)
-				}
-				f, err := OpenWrite(s.Root(), s.ID(), st.RelPath)
-				if err != nil {
-					t.Fatal(err)
-				}
+				st := mustStage(t, s, size)
+				f := openIn(t, s, OpenWrite, st.RelPath)
 				defer f.Close()
 				if _, err := f.WriteAt(data, 0); err != nil {
 					t.Fatal(err)
@@ -257,8 +202,8 @@ func TestSealMismatch(t *testing.T) {
 				if path == SealLease {
 					f.Close()
 				}
-				before := fds(t)
-				_, err = s.Seal(st.RelPath, size, c.digest)
+				before := shmtest.FDs(t)
+				_, err := s.Seal(st.RelPath, size, c.digest)
 				if !errors.Is(err, ErrMismatch) {
 					t.Fatalf("Seal = %v, want ErrMismatch", err)
 				}
@@ -281,10 +226,7 @@ func TestSealMismatch(t *testing.T) {
 
 func TestSealRefuses(t *testing.T) {
 	s := openStore(t, Config{PoolDepth: -1})
-	st, err := s.Stage(10)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := mustStage(t, s, 10)
 	for _, rel := range []string{
 		"", "stage-", "stage-000000000000000g", "sealed-0000000000000001",
 		"copy-0000000000000001", ".flybus-store", "../stage-0000000000000001",
@@ -315,15 +257,9 @@ func TestSealRefuses(t *testing.T) {
 
 func TestRemove(t *testing.T) {
 	s := openStore(t, Config{PoolDepth: -1})
-	before := fds(t)
-	a, err := s.Stage(100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := s.Stage(100)
-	if err != nil {
-		t.Fatal(err)
-	}
+	before := shmtest.FDs(t)
+	a := mustStage(t, s, 100)
+	b := mustStage(t, s, 100)
 	sealed, err := s.Seal(b.RelPath, 100, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -361,15 +297,7 @@ func TestViewAfterRemove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := OpenRead(s.Root(), s.ID(), sealed.RelPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := mmap.MapFile(f, frame)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := mapIn(t, s, OpenRead, sealed.RelPath, mmap.MapFile, frame)
 	defer v.Close()
 	if err := s.Remove(sealed.RelPath); err != nil {
 		t.Fatal(err)

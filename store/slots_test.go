@@ -17,25 +17,6 @@ func openPool(t *testing.T, cfg Config) *Store {
 	return openStore(t, cfg)
 }
 
-func mustStagePool(t *testing.T, s *Store, size int64) Staging {
-	t.Helper()
-	st, err := s.Stage(size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
-
-func mustSeal(t *testing.T, s *Store, st Staging, data []byte) Sealed {
-	t.Helper()
-	d := sha256.Sum256(data)
-	out, err := s.Seal(st.RelPath, int64(len(data)), &d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 func TestParseMode(t *testing.T) {
 	for in, want := range map[string]Mode{"files": ModeFiles, "pool": ModePool} {
 		if m, err := ParseMode(in); err != nil || m != want || m.String() != in {
@@ -52,7 +33,7 @@ func TestParseMode(t *testing.T) {
 func TestSlotReusedAcrossGenerations(t *testing.T) {
 	s := openPool(t, Config{})
 	data := pattern(1<<16, 1)
-	st := mustStagePool(t, s, int64(len(data)))
+	st := mustStage(t, s, int64(len(data)))
 	if st.Generation != 1 || st.Slot == 0 {
 		t.Fatalf("first staging %+v", st)
 	}
@@ -66,7 +47,7 @@ func TestSlotReusedAcrossGenerations(t *testing.T) {
 	if err := s.Collect(sealed.RelPath, sealed.Generation); err != nil {
 		t.Fatal(err)
 	}
-	again := mustStagePool(t, s, int64(len(data)))
+	again := mustStage(t, s, int64(len(data)))
 	if again.Slot != st.Slot || again.Generation != 2 || again.RelPath != st.RelPath {
 		t.Fatalf("second staging %+v, want slot %d generation 2", again, st.Slot)
 	}
@@ -98,13 +79,10 @@ func TestSlotReusedAcrossGenerations(t *testing.T) {
 func TestSlotLeaseSealBesideAReadOnlyMapping(t *testing.T) {
 	s := openPool(t, Config{})
 	data := pattern(8192, 3)
-	st := mustStagePool(t, s, int64(len(data)))
+	st := mustStage(t, s, int64(len(data)))
 	fill(t, s, st.RelPath, data)
 	sealed := mustSeal(t, s, st, data)
-	f, err := OpenRead(s.Root(), s.ID(), sealed.RelPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openIn(t, s, OpenRead, sealed.RelPath)
 	m, err := unix.Mmap(int(f.Fd()), 0, len(data), unix.PROT_READ, unix.MAP_SHARED)
 	f.Close()
 	if err != nil {
@@ -114,7 +92,7 @@ func TestSlotLeaseSealBesideAReadOnlyMapping(t *testing.T) {
 	if err := s.Collect(sealed.RelPath, 1); err != nil {
 		t.Fatal(err)
 	}
-	st2 := mustStagePool(t, s, int64(len(data)))
+	st2 := mustStage(t, s, int64(len(data)))
 	next := pattern(8192, 4)
 	fill(t, s, st2.RelPath, next)
 	if out := mustSeal(t, s, st2, next); out.Path != SealLease {
@@ -132,11 +110,8 @@ func TestSlotLeaseSealBesideAReadOnlyMapping(t *testing.T) {
 func TestSlotSealWithALiveWriterCopiesAndQuarantines(t *testing.T) {
 	s := openPool(t, Config{IdleAfter: time.Hour})
 	data := pattern(4096, 5)
-	st := mustStagePool(t, s, int64(len(data)))
-	w, err := OpenWrite(s.Root(), s.ID(), st.RelPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := mustStage(t, s, int64(len(data)))
+	w := openIn(t, s, OpenWrite, st.RelPath)
 	if _, err := w.WriteAt(data, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +134,7 @@ func TestSlotSealWithALiveWriterCopiesAndQuarantines(t *testing.T) {
 	}
 	s.tidySlots(time.Now())
 	for range 3 {
-		next := mustStagePool(t, s, int64(len(data)))
+		next := mustStage(t, s, int64(len(data)))
 		if next.Slot == st.Slot {
 			t.Fatal("a quarantined slot was handed out while its writer lived")
 		}
@@ -176,18 +151,15 @@ func TestSlotSealWithALiveWriterCopiesAndQuarantines(t *testing.T) {
 // keeps the file open; a size or digest mismatch frees it too.
 func TestSlotAbandonAndMismatch(t *testing.T) {
 	s := openPool(t, Config{IdleAfter: time.Hour})
-	st := mustStagePool(t, s, 100)
+	st := mustStage(t, s, 100)
 	if err := s.Collect(st.RelPath, st.Generation); err != nil {
 		t.Fatal(err)
 	}
 	if stt := s.Stats(); stt.FreeSlots != 1 {
 		t.Fatalf("abandoned slot not freed: %+v", stt)
 	}
-	st = mustStagePool(t, s, 100)
-	w, err := OpenWrite(s.Root(), s.ID(), st.RelPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st = mustStage(t, s, 100)
+	w := openIn(t, s, OpenWrite, st.RelPath)
 	if err := s.Collect(st.RelPath, st.Generation); err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +169,7 @@ func TestSlotAbandonAndMismatch(t *testing.T) {
 	w.Close()
 	s.tidySlots(time.Now())
 
-	st = mustStagePool(t, s, 100)
+	st = mustStage(t, s, 100)
 	wrong := sha256.Sum256([]byte("not these bytes"))
 	if _, err := s.Seal(st.RelPath, 100, &wrong); !errors.Is(err, ErrMismatch) {
 		t.Fatalf("digest mismatch: %v", err)
@@ -214,12 +186,12 @@ func TestSlotAbandonAndMismatch(t *testing.T) {
 // evicts free slots of other sizes, and refuses when none is free.
 func TestSlotIdleAndBound(t *testing.T) {
 	s := openPool(t, Config{IdleAfter: time.Minute, MaxBytes: 300})
-	a := mustStagePool(t, s, 200)
+	a := mustStage(t, s, 200)
 	if err := s.Collect(a.RelPath, a.Generation); err != nil {
 		t.Fatal(err)
 	}
-	b := mustStagePool(t, s, 100) // 300 bytes of slots: at the bound
-	c := mustStagePool(t, s, 150) // evicts the free 200-byte slot
+	b := mustStage(t, s, 100) // 300 bytes of slots: at the bound
+	c := mustStage(t, s, 150) // evicts the free 200-byte slot
 	if stt := s.Stats(); stt.Slots != 2 || stt.SlotBytes != 250 {
 		t.Fatalf("after eviction: %+v", stt)
 	}
@@ -244,7 +216,7 @@ func TestSlotIdleAndBound(t *testing.T) {
 // A slot whose name was replaced is never sealed.
 func TestSlotReplacedNameRefused(t *testing.T) {
 	s := openPool(t, Config{})
-	st := mustStagePool(t, s, 64)
+	st := mustStage(t, s, 64)
 	other := filepath.Join(s.Dir(), "elsewhere")
 	if err := os.WriteFile(other, make([]byte, 64), 0o600); err != nil {
 		t.Fatal(err)

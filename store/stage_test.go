@@ -9,16 +9,14 @@ import (
 	"testing"
 
 	"github.com/flybus/flybus/internal/leakcheck"
+	"github.com/flybus/flybus/internal/shmtest"
 )
 
 func TestStage(t *testing.T) {
 	s := openStore(t, Config{PoolDepth: -1})
-	before := fds(t)
+	before := shmtest.FDs(t)
 	for _, size := range []int64{0, 1, 4096, 1228800} {
-		st, err := s.Stage(size)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := mustStage(t, s, size)
 		if st.Size != size {
 			t.Errorf("Size = %d, want %d", st.Size, size)
 		}
@@ -41,10 +39,7 @@ func TestStage(t *testing.T) {
 // a producer's write cannot fail for space.
 func TestStageIsAllocated(t *testing.T) {
 	s := openStore(t, Config{PoolDepth: -1})
-	st, err := s.Stage(1228800)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := mustStage(t, s, 1228800)
 	if got := statBlocks(t, filepath.Join(s.Dir(), st.RelPath)) * 512; got < st.Size {
 		t.Errorf("%d bytes allocated, want at least %d", got, st.Size)
 	}
@@ -54,10 +49,7 @@ func TestStagePool(t *testing.T) {
 	s := openStore(t, Config{PoolDepth: 2, PoolSizes: 4})
 	const size = 1228800
 
-	first, err := s.Stage(size)
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := mustStage(t, s, size)
 	if st := s.Stats(); st.PoolMisses != 1 || st.PoolHits != 0 {
 		t.Fatalf("first Stage: %+v, want one miss", st)
 	}
@@ -72,13 +64,10 @@ func TestStagePool(t *testing.T) {
 		t.Fatalf("%d files on disk, want 4", n)
 	}
 
-	before := fds(t)
+	before := shmtest.FDs(t)
 	seen := map[string]bool{first.RelPath: true}
 	for i := 0; i < 5; i++ {
-		st, err := s.Stage(size)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := mustStage(t, s, size)
 		if seen[st.RelPath] {
 			t.Fatalf("name %s handed out twice", st.RelPath)
 		}
@@ -204,19 +193,13 @@ func TestStageZerosAfterReuseOfSize(t *testing.T) {
 	// A staged file is always a fresh inode: bytes written into an earlier
 	// file of the same size never show up in a later one.
 	s := openStore(t, Config{PoolDepth: 1})
-	a, err := s.Stage(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustStage(t, s, 4096)
 	fill(t, s, a.RelPath, pattern(4096, 1))
 	if _, err := s.Seal(a.RelPath, 4096, nil); err != nil {
 		t.Fatal(err)
 	}
 	s.pool.waitIdle()
-	b, err := s.Stage(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := mustStage(t, s, 4096)
 	got, err := os.ReadFile(filepath.Join(s.Dir(), b.RelPath))
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,7 @@ import (
 func TestOpenClose(t *testing.T) {
 	root := filepath.Join(shmtest.Dir(t, "flybus-store-test-"), "nested", "root") // Open creates it
 	goroutines := leakcheck.Goroutines()
-	before := fds(t)
+	before := shmtest.FDs(t)
 
 	s, err := Open(Config{Root: root, ID: "store-00000000000000ab"})
 	if err != nil {

@@ -1,12 +1,15 @@
-// Package shmtest holds the one helper the tests of mmap, store, router and
+// Package shmtest holds the helpers the tests of mmap, store, router and
 // the commands share for a scratch directory on /dev/shm, the tmpfs where
-// flybus stores live in production.
+// flybus stores live in production, and for counting what a test leaves
+// open there.
 package shmtest
 
 import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/flybus/flybus/internal/leakcheck"
 )
 
 // Dir returns a fresh directory on /dev/shm whose name starts with prefix,
@@ -26,6 +29,31 @@ func Dir(t testing.TB, prefix string) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
+}
+
+// FDs is how many descriptors this process holds.
+func FDs(t testing.TB) int {
+	t.Helper()
+	return counter{t}.of(leakcheck.FDs())
+}
+
+// Mappings is how many of this process's mappings name a file under dir,
+// unlinked ones included.
+func Mappings(t testing.TB, dir string) int {
+	t.Helper()
+	return counter{t}.of(leakcheck.Mappings(dir))
+}
+
+// counter fails its test when a count cannot be read: a leak check that
+// cannot count proves nothing.
+type counter struct{ t testing.TB }
+
+func (c counter) of(n int, err error) int {
+	c.t.Helper()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return n
 }
 
 // shmBase is the real path of /dev/shm, or "" where it is not a directory.
