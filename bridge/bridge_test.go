@@ -128,14 +128,7 @@ func TestFrameLargerThanMaxPayload(t *testing.T) {
 	publishFrame(t, p.prod, "cam.frames", 1, sizes)
 	publishFrame(t, p.prod, "cam.frames", 2, map[string]int{}) // the payload alone: inline
 	for want := uint64(1); want <= 2; want++ {
-		m, err := sub.Next(ctxT(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := checkMessage(t, m); got != want {
-			t.Fatalf("frame %d, want %d", got, want)
-		}
-		m.Close()
+		expectFrame(t, sub, want)
 	}
 	waitFor(t, "the counters", func() bool { return p.ba.b.Stats().Exports["cam.frames"].Sent == 2 })
 	e := p.ba.b.Stats().Exports["cam.frames"]

@@ -74,14 +74,7 @@ func TestImportDropsMissingAndCorruptChunks(t *testing.T) {
 	const chunk = 60 << 10
 	expect := func(want uint64) {
 		t.Helper()
-		m, err := sub.Next(ctxT(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := checkMessage(t, m); got != want {
-			t.Fatalf("frame %d, want %d", got, want)
-		}
-		m.Close()
+		expectFrame(t, sub, want)
 	}
 	stats := func() ImportStats { return bb.b.Stats().Imports["cam.frames"] }
 

@@ -54,12 +54,7 @@ func receiveUntil(t *testing.T, sub *client.Subscription, n uint64) uint64 {
 	t.Helper()
 	var last uint64
 	for {
-		m, err := sub.Next(ctxT(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		k := checkMessage(t, m)
-		m.Close()
+		k := nextFrame(t, sub)
 		if k <= last {
 			t.Fatalf("frame %d after %d", k, last)
 		}

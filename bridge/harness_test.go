@@ -314,6 +314,26 @@ func publishFrame(t testing.TB, c *client.Client, topic string, n uint64, sizes 
 
 // checkMessage verifies a received frame: every artifact the payload
 // names is there with the digest and content type it was sent with, read
+// nextFrame takes the next message of sub, checks it (checkMessage),
+// closes it and returns its frame number.
+func nextFrame(t *testing.T, sub *client.Subscription) uint64 {
+	t.Helper()
+	m, err := sub.Next(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	return checkMessage(t, m)
+}
+
+// expectFrame is nextFrame, which must be frame want.
+func expectFrame(t *testing.T, sub *client.Subscription, want uint64) {
+	t.Helper()
+	if got := nextFrame(t, sub); got != want {
+		t.Fatalf("frame %d, want %d", got, want)
+	}
+}
+
 // through a mapping. It returns the frame's number.
 func checkMessage(t testing.TB, m *client.Message) uint64 {
 	t.Helper()

@@ -112,12 +112,7 @@ func TestLatestExportOverSlowLinkCoalesces(t *testing.T) {
 	var last uint64
 	got := 0
 	for last != frames {
-		m, err := sub.Next(ctxT(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		k := checkMessage(t, m)
-		m.Close()
+		k := nextFrame(t, sub)
 		if k <= last {
 			t.Fatalf("frame %d after %d", k, last)
 		}
