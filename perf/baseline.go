@@ -248,32 +248,45 @@ func pwriteBaseline(ctx context.Context, dir string, frame []byte, n baselineRou
 
 // mapTouchBaseline maps one frame-sized file of the store read-only,
 // touches every line and unmaps it, each round.
-func mapTouchBaseline(ctx context.Context, dir string, frame []byte, n baselineRounds) (b Baseline, err error) {
-	f, err := os.CreateTemp(dir, "map-")
-	if err != nil {
-		return Baseline{}, err
-	}
-	defer func() { err = errors.Join(err, f.Close(), os.Remove(f.Name())) }()
-	if _, err := f.WriteAt(frame, 0); err != nil {
-		return Baseline{}, err
-	}
-	var sink byte
-	b, err = both(ctx, n.mapTouch, n.paced, 10, nil, func() error {
-		m, err := unix.Mmap(int(f.Fd()), 0, len(frame), unix.PROT_READ, unix.MAP_SHARED)
-		if err != nil {
-			return os.NewSyscallError("mmap", err)
-		}
-		sink += touch(m)
-		return os.NewSyscallError("munmap", unix.Munmap(m))
+func mapTouchBaseline(ctx context.Context, dir string, frame []byte, n baselineRounds) (Baseline, error) {
+	return withFrameFile(dir, "map-", frame, func(f *os.File) (Baseline, error) {
+		var sink byte
+		b, err := both(ctx, n.mapTouch, n.paced, 10, nil, func() error {
+			m, err := unix.Mmap(int(f.Fd()), 0, len(frame), unix.PROT_READ, unix.MAP_SHARED)
+			if err != nil {
+				return os.NewSyscallError("mmap", err)
+			}
+			sink += Touch(m)
+			return os.NewSyscallError("munmap", unix.Munmap(m))
+		})
+		sinkByte.Add(uint32(sink))
+		return b, err
 	})
-	sinkByte.Add(uint32(sink))
-	return b, err
 }
 
 // touchMappedBaseline maps one frame-sized file of the store read-only
 // once and times touching every line of it, each round.
-func touchMappedBaseline(ctx context.Context, dir string, frame []byte, n baselineRounds) (b Baseline, err error) {
-	f, err := os.CreateTemp(dir, "touch-")
+func touchMappedBaseline(ctx context.Context, dir string, frame []byte, n baselineRounds) (Baseline, error) {
+	return withFrameFile(dir, "touch-", frame, func(f *os.File) (b Baseline, err error) {
+		m, err := unix.Mmap(int(f.Fd()), 0, len(frame), unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			return Baseline{}, os.NewSyscallError("mmap", err)
+		}
+		defer func() { err = errors.Join(err, os.NewSyscallError("munmap", unix.Munmap(m))) }()
+		var sink byte
+		b, err = both(ctx, n.mapTouch, n.paced, 10, nil, func() error {
+			sink += Touch(m)
+			return nil
+		})
+		sinkByte.Add(uint32(sink))
+		return b, err
+	})
+}
+
+// withFrameFile measures with a new file of dir (named after pattern)
+// that holds frame, and closes and removes the file afterwards.
+func withFrameFile(dir, pattern string, frame []byte, measure func(f *os.File) (Baseline, error)) (b Baseline, err error) {
+	f, err := os.CreateTemp(dir, pattern)
 	if err != nil {
 		return Baseline{}, err
 	}
@@ -281,16 +294,5 @@ func touchMappedBaseline(ctx context.Context, dir string, frame []byte, n baseli
 	if _, err := f.WriteAt(frame, 0); err != nil {
 		return Baseline{}, err
 	}
-	m, err := unix.Mmap(int(f.Fd()), 0, len(frame), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		return Baseline{}, os.NewSyscallError("mmap", err)
-	}
-	defer func() { err = errors.Join(err, os.NewSyscallError("munmap", unix.Munmap(m))) }()
-	var sink byte
-	b, err = both(ctx, n.mapTouch, n.paced, 10, nil, func() error {
-		sink += touch(m)
-		return nil
-	})
-	sinkByte.Add(uint32(sink))
-	return b, err
+	return measure(f)
 }

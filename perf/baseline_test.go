@@ -9,7 +9,7 @@ func TestBaselinesRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a child process")
 	}
-	frame := framePattern()
+	frame := FramePattern()
 	n := baselineRounds{copy: 5, pingPong: 20, pwrite: 3, mapTouch: 3, paced: 3}
 	var phases []string
 	b, err := measureBaselines(context.Background(), t.TempDir(), frame, n, func(p string) { phases = append(phases, p) })
@@ -44,10 +44,10 @@ func TestTouchReadsOneBytePerLine(t *testing.T) {
 	for i := range b {
 		b[i] = 1
 	}
-	if got := touch(b); got != 4 {
+	if got := Touch(b); got != 4 {
 		t.Fatalf("touch read %d bytes, want 4", got)
 	}
-	if f := framePattern(); len(f) != FrameBytes || FrameBytes != 1_228_800 {
+	if f := FramePattern(); len(f) != FrameBytes || FrameBytes != 1_228_800 {
 		t.Fatalf("frame of %d bytes", len(f))
 	}
 }

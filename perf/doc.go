@@ -18,5 +18,8 @@
 // (router.New; its CPU cannot then be told apart from the clients').
 //
 // Main is the command-line entry point behind `flybus perf`; Run is the
-// same harness as an API.
+// same harness as an API. The schedule's workload (FramePattern, Touch)
+// and its measures of a process (ProcessCPU, SelfCPU, ReadMemory,
+// ResetPeakRSS, ErrorLog) are exported too, so that bench/compare runs
+// its peers on the same frames and measures them alike.
 package perf

@@ -50,11 +50,11 @@ func (s *schedule) drain(ctx context.Context) (routerSample, bool) {
 			break
 		}
 		if err := ctx.Err(); err != nil {
-			s.errs.add("drain", err)
+			s.errs.Add("drain", err)
 			return routerSample{}, false
 		}
 		if time.Now().After(deadline) {
-			s.errs.add("drain", fmt.Errorf("consumers or agents did not finish frame %d within %v", last, drainTimeout))
+			s.errs.Add("drain", fmt.Errorf("consumers or agents did not finish frame %d within %v", last, drainTimeout))
 			x, _ := s.env.host.stats().sample(ctx)
 			return x, false
 		}
@@ -74,14 +74,14 @@ func (s *schedule) drain(ctx context.Context) (routerSample, bool) {
 			return s.settle(ctx, x, prepared), true
 		}
 		if ctx.Err() != nil {
-			s.errs.add("drain", ctx.Err())
+			s.errs.Add("drain", ctx.Err())
 			return x, false
 		}
 		if now.After(deadline) {
 			if err != nil {
-				s.errs.add("drain", err)
+				s.errs.Add("drain", err)
 			} else {
-				s.errs.add("drain", fmt.Errorf("%d artifacts still tracked %v after the last frame", x.Artifacts, drainTimeout))
+				s.errs.Add("drain", fmt.Errorf("%d artifacts still tracked %v after the last frame", x.Artifacts, drainTimeout))
 			}
 			return x, false
 		}

@@ -4,8 +4,9 @@ import (
 	"sync"
 )
 
-// errorLog counts failures and keeps the first few.
-type errorLog struct {
+// ErrorLog counts failures and keeps the first few. It is exported for
+// bench/compare, whose runs report their errors the same way.
+type ErrorLog struct {
 	mu    sync.Mutex
 	n     int
 	first []string
@@ -13,7 +14,8 @@ type errorLog struct {
 
 const keptErrors = 10
 
-func (e *errorLog) add(where string, err error) {
+// Add counts err, keeping it as "where: err" while fewer than ten are kept.
+func (e *ErrorLog) Add(where string, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.n++
@@ -22,13 +24,15 @@ func (e *errorLog) add(where string, err error) {
 	}
 }
 
-func (e *errorLog) count() int {
+// Count is the number of errors added.
+func (e *ErrorLog) Count() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.n
 }
 
-func (e *errorLog) summary() (int, []string) {
+// Summary returns the number of errors added and a copy of the kept ones.
+func (e *ErrorLog) Summary() (int, []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.n, append([]string(nil), e.first...)

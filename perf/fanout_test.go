@@ -279,7 +279,7 @@ func (r *fanoutRig) run(ctx context.Context, iters int, timer benchTimer) (time.
 	if err := r.publishOnce(ctx); err != nil {
 		return 0, err
 	}
-	cpu0, err := processCPU(r.router.pid)
+	cpu0, err := ProcessCPU(r.router.pid)
 	if err != nil {
 		return 0, err
 	}
@@ -294,7 +294,7 @@ func (r *fanoutRig) run(ctx context.Context, iters int, timer benchTimer) (time.
 	if timer != nil {
 		timer.StopTimer()
 	}
-	cpu1, err := processCPU(r.router.pid)
+	cpu1, err := ProcessCPU(r.router.pid)
 	if err != nil {
 		return 0, err
 	}
@@ -382,39 +382,25 @@ func startFanoutRouter(ctx context.Context, sock, storeRoot string, maxClients i
 	if err != nil {
 		return nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	rt := &fanoutRouter{cmd: cmd, pid: cmd.Process.Pid, sock: sock, stdin: stdin, exited: make(chan struct{}),
-		tail: &lineTail{max: 20}}
+	rt := &fanoutRouter{cmd: cmd, sock: sock, stdin: stdin, exited: make(chan struct{}), tail: &lineTail{max: 20}}
 	line := make(chan string, 1)
-	var readers sync.WaitGroup
-	readers.Go(func() {
+	err = startReading(cmd, func(stdout io.Reader) {
 		sc := bufio.NewScanner(stdout)
 		sc.Scan()
 		line <- sc.Text()
-		io.Copy(io.Discard, stdout)
-	})
-	readers.Go(func() {
+	}, func(stderr io.Reader) {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			rt.tail.add(sc.Text())
 		}
-		io.Copy(io.Discard, stderr)
-	})
-	go func() {
-		readers.Wait() // Wait must follow the last read of the pipes
-		rt.err = cmd.Wait()
+	}, func(err error) {
+		rt.err = err
 		close(rt.exited)
-	}()
+	})
+	if err != nil {
+		return nil, err
+	}
+	rt.pid = cmd.Process.Pid
 	select {
 	case l := <-line:
 		if l == "ready" {
@@ -433,11 +419,7 @@ func startFanoutRouter(ctx context.Context, sock, storeRoot string, maxClients i
 // after ctx ends it kills it.
 func (rt *fanoutRouter) stop(ctx context.Context) error {
 	rt.stdin.Close()
-	select {
-	case <-rt.exited:
-	case <-ctx.Done():
-		rt.cmd.Process.Kill()
-		<-rt.exited
+	if !awaitExit(ctx, rt.cmd, rt.exited) {
 		return fmt.Errorf("did not stop when its stdin closed; killed%s", rt.tail.text())
 	}
 	if rt.err != nil {

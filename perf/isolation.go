@@ -185,7 +185,7 @@ func (s *schedule) startSide(ctx context.Context) (stop func()) {
 			case errors.Is(err, wire.ErrBackpressure):
 				sc.refused.Add(1) // the stalled subscriber's queue is full: expected
 			case ctx.Err() == nil:
-				s.errs.add("side publisher", err)
+				s.errs.Add("side publisher", err)
 			}
 		}
 	})

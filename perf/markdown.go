@@ -397,15 +397,22 @@ func targetCell(t Target) string {
 // budgetCell is latencyCell against a frame budget: the p50 over the sum
 // with the fill and touch back to back, then over the all-paced sum.
 func budgetCell(h *Hist, fb FrameBudget) string {
+	return percentilesCell(h, func(p50 time.Duration) string {
+		if !fb.Measured {
+			return ""
+		}
+		return fmt.Sprintf("; %.2fx, paced %.2fx", float64(p50)/float64(fb.SumNs), float64(p50)/float64(fb.PacedSumNs))
+	})
+}
+
+// percentilesCell is "p50 / p95 / p99 (n)" in ms, with what ratios makes
+// of the p50 after the n.
+func percentilesCell(h *Hist, ratios func(p50 time.Duration) string) string {
 	s := h.Summary()
 	if s.Count == 0 {
 		return "not measured"
 	}
-	cell := fmt.Sprintf("%s / %s / %s (%d", msText(s.P50), msText(s.P95), msText(s.P99), s.Count)
-	if fb.Measured {
-		cell += fmt.Sprintf("; %.2fx, paced %.2fx", float64(s.P50)/float64(fb.SumNs), float64(s.P50)/float64(fb.PacedSumNs))
-	}
-	return cell + ")"
+	return fmt.Sprintf("%s / %s / %s (%d%s)", msText(s.P50), msText(s.P95), msText(s.P99), s.Count, ratios(s.P50))
 }
 
 func isolationPassName(s *Schedule) string {
@@ -458,18 +465,16 @@ func (r *Report) writeIsolation(b *strings.Builder) {
 // latencyCell is "p50 / p95 / p99 (n; ratio, paced ratio)" in ms; the
 // ratios are the p50's to the baseline's back-to-back and paced p50s.
 func latencyCell(h *Hist, base Baseline) string {
-	s := h.Summary()
-	if s.Count == 0 {
-		return "not measured"
-	}
-	cell := fmt.Sprintf("%s / %s / %s (%d", msText(s.P50), msText(s.P95), msText(s.P99), s.Count)
-	if bs := base.Hot.Summary(); bs.Count > 0 && bs.P50 > 0 {
-		cell += fmt.Sprintf("; %.2fx", float64(s.P50)/float64(bs.P50))
-	}
-	if ps := base.Paced.Summary(); ps.Count > 0 && ps.P50 > 0 {
-		cell += fmt.Sprintf(", paced %.2fx", float64(s.P50)/float64(ps.P50))
-	}
-	return cell + ")"
+	return percentilesCell(h, func(p50 time.Duration) string {
+		var r string
+		if bs := base.Hot.Summary(); bs.Count > 0 && bs.P50 > 0 {
+			r += fmt.Sprintf("; %.2fx", float64(p50)/float64(bs.P50))
+		}
+		if ps := base.Paced.Summary(); ps.Count > 0 && ps.P50 > 0 {
+			r += fmt.Sprintf(", paced %.2fx", float64(p50)/float64(ps.P50))
+		}
+		return r
+	})
 }
 
 func cpuCell(c CPU) string {

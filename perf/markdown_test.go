@@ -39,12 +39,22 @@ func render(t *testing.T, r *Report) string {
 	return b.String()
 }
 
+// wantAll fails t for each of wants that out does not hold.
+func wantAll(t *testing.T, out string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q\n%s", want, out)
+		}
+	}
+}
+
 func TestMarkdownProcessMode(t *testing.T) {
 	out := render(t, testReport("process", 1, 2, 4))
 	if !strings.HasPrefix(out, "machine: Test CPU, 2 logical cores (2 physical, 1 per core); L1d 48 KiB, L2 2 MiB, L3 260 MiB") {
 		t.Errorf("the machine line is not first:\n%s", out)
 	}
-	for _, want := range []string{
+	wantAll(t, out,
 		"| figure | 1 agent | Rust | 2 agents | Rust | 4 agents | Rust |",
 		// Ours beside the Rust crate's, with the ratio to the two-hop cross-process ping-pong.
 		"| RPC round trip, call to result (÷ two-hop ping-pong) | 0.500 / 0.500 / 0.500 (1; 12.50x, paced 2.50x) | 0.51-0.60 / 0.84-1.47 / 1.12-2.05 |",
@@ -64,18 +74,14 @@ func TestMarkdownProcessMode(t *testing.T) {
 		"| producer's critical path (Allocate returned to Publish answered) p50 < 1.5x paced cross-process ping-pong p50 | paced 3.00x: NOT met (back to back 22.50x) |",
 		// 900 µs over 100 + 3 x 150 + 60 = 610 µs, and over 400 + 3 x 150 + 100 = 950 µs.
 		"| frame latency: fill start to every line touched, fast consumers (÷ the sum of its baselines, below) | 0.900 / 0.900 / 0.900 (1; 1.48x, paced 0.95x) | — |",
-		"| 0.610 (paced 0.950) = pwrite 100.0 µs (paced 400.0 µs) + 3 x paced ping-pong 150.0 µs (seal; publish to the router, " +
+		"| 0.610 (paced 0.950) = pwrite 100.0 µs (paced 400.0 µs) + 3 x paced ping-pong 150.0 µs (seal; publish to the router, "+
 			"then the delivery to the consumer; artifact.open) + map+touch+unmap 60.0 µs (paced 100.0 µs) | — |",
 		"| producer's critical path: Allocate returned to Publish answered (÷ ping-pong) | 0.450 / 0.450 / 0.450 (1; 22.50x, paced 3.00x) | — |",
 		"not measured here: bench/compare",
 		"Ratios to a ping-pong use the cross-process one",
 		"| raw Unix-socket ping-pong of 300 bytes with another process, one hop | 20.0 µs / 20.0 µs / 20.0 µs (1) | 150.0 µs / 150.0 µs / 150.0 µs (1) |",
 		"huge=never (4 KiB pages)",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("missing %q", want)
-		}
-	}
+	)
 	// Every row of the figures table has a cell per schedule and per reference.
 	inFigures := false
 	for line := range strings.SplitSeq(out, "\n") {
@@ -97,17 +103,13 @@ func TestMarkdownProcessMode(t *testing.T) {
 
 func TestMarkdownEmbeddedAndOddAgentCounts(t *testing.T) {
 	out := render(t, testReport("embedded", 3))
-	for _, want := range []string{
+	wantAll(t, out,
 		"| figure | 3 agents | Rust |",
 		"| Router CPU, cores (net of stats sampling) | n/a (embedded) | — |",
 		"Whole process VmRSS / VmHWM",
 		"Ratios to a ping-pong use the in-process one",
 		"router.New in the harness",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("missing %q\n%s", want, out)
-		}
-	}
+	)
 }
 
 func TestMarkdownReportsErrorsAndNotDrained(t *testing.T) {
@@ -116,11 +118,7 @@ func TestMarkdownReportsErrorsAndNotDrained(t *testing.T) {
 	r.Schedules[0].ErrorCount, r.Schedules[0].Errors = 12, []string{"seal: QUOTA_EXCEEDED"}
 	r.Errors = []string{"stopping the router: status 1"}
 	out := render(t, r)
-	for _, want := range []string{"NOT drained", "- 1 agent: seal: QUOTA_EXCEEDED", "- 1 agent: and 11 more", "- stopping the router: status 1"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("missing %q", want)
-		}
-	}
+	wantAll(t, out, "NOT drained", "- 1 agent: seal: QUOTA_EXCEEDED", "- 1 agent: and 11 more", "- stopping the router: status 1")
 	if !r.Failed() {
 		t.Error("a report with errors does not say it failed")
 	}

@@ -48,18 +48,24 @@ func parseProcStat(b []byte) (procStat, error) {
 	return s, nil
 }
 
-// readProcStat reads /proc/PID/stat.
-func readProcStat(pid int) (procStat, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+// readProc reads /proc/PID/name and parses it, naming the file in a
+// parse error.
+func readProc[T any](pid int, name string, parse func([]byte) (T, error)) (T, error) {
+	var zero T
+	path := fmt.Sprintf("/proc/%d/%s", pid, name)
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return procStat{}, err
+		return zero, err
 	}
-	s, err := parseProcStat(b)
+	v, err := parse(b)
 	if err != nil {
-		return procStat{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		return zero, fmt.Errorf("%s: %w", path, err)
 	}
-	return s, nil
+	return v, nil
 }
+
+// readProcStat reads /proc/PID/stat.
+func readProcStat(pid int) (procStat, error) { return readProc(pid, "stat", parseProcStat) }
 
 // Memory is a process's resident set, in bytes, from /proc/PID/status.
 type Memory struct {
@@ -97,23 +103,13 @@ func parseProcStatus(b []byte) (Memory, error) {
 	return m, nil
 }
 
-// readMemory reads /proc/PID/status.
-func readMemory(pid int) (Memory, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return Memory{}, err
-	}
-	m, err := parseProcStatus(b)
-	if err != nil {
-		return Memory{}, fmt.Errorf("/proc/%d/status: %w", pid, err)
-	}
-	return m, nil
-}
+// ReadMemory reads a process's VmRSS and VmHWM from /proc/PID/status.
+func ReadMemory(pid int) (Memory, error) { return readProc(pid, "status", parseProcStatus) }
 
-// resetPeakRSS sets a process's VmHWM back to its current VmRSS (writing 5
+// ResetPeakRSS sets a process's VmHWM back to its current VmRSS (writing 5
 // to /proc/PID/clear_refs, Linux 4.0 and later), so that each schedule
 // reports its own peak. It needs the same rights as ptrace.
-func resetPeakRSS(pid int) error {
+func ResetPeakRSS(pid int) error {
 	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
 }
 
@@ -156,9 +152,9 @@ func ticks(n uint64) time.Duration {
 	return time.Duration(n) * time.Second / time.Duration(clkTck())
 }
 
-// selfCPU is the harness process's user and system CPU time, from
+// SelfCPU is this process's user and system CPU time, from
 // getrusage (microsecond resolution, unlike the ticks of /proc).
-func selfCPU() (time.Duration, error) {
+func SelfCPU() (time.Duration, error) {
 	var ru unix.Rusage
 	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
 		return 0, os.NewSyscallError("getrusage", err)
@@ -166,9 +162,9 @@ func selfCPU() (time.Duration, error) {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 }
 
-// processCPU is another process's user and system CPU time, from
+// ProcessCPU is another process's user and system CPU time, from
 // /proc/PID/stat (clock-tick resolution: 10 ms at 100 Hz).
-func processCPU(pid int) (time.Duration, error) {
+func ProcessCPU(pid int) (time.Duration, error) {
 	s, err := readProcStat(pid)
 	if err != nil {
 		return 0, err

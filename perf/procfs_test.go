@@ -76,20 +76,20 @@ func TestThisProcess(t *testing.T) {
 	if s.Threads < 1 {
 		t.Fatalf("%+v", s)
 	}
-	m, err := readMemory(os.Getpid())
+	m, err := ReadMemory(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if m.RSS == 0 || m.HWM < m.RSS {
 		t.Fatalf("memory %+v", m)
 	}
-	if err := resetPeakRSS(os.Getpid()); err != nil && !strings.Contains(err.Error(), "permission") {
+	if err := ResetPeakRSS(os.Getpid()); err != nil && !strings.Contains(err.Error(), "permission") {
 		t.Fatalf("resetting VmHWM: %v", err)
 	}
-	if c, err := selfCPU(); err != nil || c <= 0 {
-		t.Fatalf("selfCPU %v %v", c, err)
+	if c, err := SelfCPU(); err != nil || c <= 0 {
+		t.Fatalf("SelfCPU %v %v", c, err)
 	}
-	if _, err := processCPU(os.Getpid()); err != nil {
+	if _, err := ProcessCPU(os.Getpid()); err != nil {
 		t.Fatal(err)
 	}
 }

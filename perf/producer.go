@@ -24,7 +24,7 @@ func (s *schedule) produce(ctx context.Context, planned int) {
 		select {
 		case tick = <-tk.C:
 		case <-ctx.Done():
-			s.errs.add("producer", ctx.Err())
+			s.errs.Add("producer", ctx.Err())
 			return
 		}
 		var published bool
@@ -52,7 +52,7 @@ func (s *schedule) frameOnce(ctx context.Context, seq int, payload []byte) ([]by
 	w, err := s.producer.Artifacts().Allocate(ctx, FrameBytes, "image/x-rgba")
 	t1 := time.Now()
 	if err != nil {
-		s.errs.add("allocate", err)
+		s.errs.Add("allocate", err)
 		return payload, false
 	}
 	out.Allocate.Add(t1.Sub(t0))
@@ -71,7 +71,7 @@ func (s *schedule) frameOnce(ctx context.Context, seq int, payload []byte) ([]by
 	}
 	t2 := time.Now()
 	if err != nil {
-		s.errs.add("fill", err)
+		s.errs.Add("fill", err)
 		w.Close()
 		return payload, false
 	}
@@ -91,7 +91,7 @@ func (s *schedule) frameOnce(ctx context.Context, seq int, payload []byte) ([]by
 		a, err = w.SealNoWait()
 	}
 	if err != nil {
-		s.errs.add("seal", err)
+		s.errs.Add("seal", err)
 		return payload, false
 	}
 
@@ -104,7 +104,7 @@ func (s *schedule) frameOnce(ctx context.Context, seq int, payload []byte) ([]by
 	answered := time.Now()
 	published := err == nil
 	if err != nil {
-		s.errs.add("publish", err)
+		s.errs.Add("publish", err)
 	} else {
 		out.Publish.Add(answered.Sub(tp))
 		out.CriticalPath.Add(answered.Sub(t1))
@@ -125,7 +125,7 @@ func (s *schedule) frameOnce(ctx context.Context, seq int, payload []byte) ([]by
 		t0 := time.Now()
 		p, err := s.call(ctx, i, ag, seq, a)
 		if err != nil {
-			s.errs.add("call", err)
+			s.errs.Add("call", err)
 			continue
 		}
 		results.Go(func() { s.result(ctx, i, p, t0) })
@@ -223,7 +223,7 @@ func (s *schedule) result(ctx context.Context, i int, p *client.PendingCall, t0 
 	res, err := p.Result(ctx)
 	rtt := time.Since(t0)
 	if err != nil {
-		s.errs.add("call result", err)
+		s.errs.Add("call result", err)
 		p.Close()
 		return
 	}
@@ -232,7 +232,7 @@ func (s *schedule) result(ctx context.Context, i int, p *client.PendingCall, t0 
 	s.out.RPCByAgent[i].Add(rtt)
 	var r agentReply
 	if err := res.Decode(&r); err != nil {
-		s.errs.add("call outcome", err)
+		s.errs.Add("call outcome", err)
 		return
 	}
 	s.out.RPCNet.Add(rtt - time.Duration(r.HandlerNs))

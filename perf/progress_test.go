@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/flybus/flybus/internal/term"
 )
 
@@ -56,22 +54,10 @@ func TestProgressKnowsATerminal(t *testing.T) {
 // openPTY opens a pseudo-terminal pair, or skips where there is none.
 func openPTY(t *testing.T) (master, slave *os.File) {
 	t.Helper()
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	m, s, err := term.OpenPTY()
 	if err != nil {
-		t.Skipf("no pseudo-terminals: %v", err)
+		t.Skip(err)
 	}
-	t.Cleanup(func() { m.Close() })
-	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Skipf("unlockpt: %v", err)
-	}
-	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Skipf("ptsname: %v", err)
-	}
-	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Skipf("open pts: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { s.Close(); m.Close() })
 	return m, s
 }

@@ -49,31 +49,40 @@ type agentReply struct {
 // serve is an agent's loop: take the frame through a view, touch every
 // line, reply, let go.
 func (s *schedule) serve(ctx context.Context, ag *agent) {
-	for {
-		req, err := ag.svc.Next(ctx)
-		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, client.ErrClosed) {
-				s.errs.add("agent", err)
-			}
-			return
-		}
+	receive(ctx, s, "agent", ag.svc.Next, client.ErrClosed, func(req *client.Request) {
 		t0 := time.Now()
 		sum, err := s.touchAttachment(ctx, req.Artifact)
 		var in framePayload
 		if derr := req.Decode(&in); derr != nil {
-			s.errs.add("agent payload", derr)
+			s.errs.Add("agent payload", derr)
 		}
 		if err != nil {
-			s.errs.add("agent view", err)
+			s.errs.Add("agent view", err)
 		} else {
 			s.out.AgentAccess.Add(time.Since(t0))
 			reply := agentReply{Sum: int(sum), HandlerNs: int64(time.Since(t0))}
 			if _, err := req.Reply(ctx, reply); err != nil && ctx.Err() == nil {
-				s.errs.add("agent reply", err)
+				s.errs.Add("agent reply", err)
 			}
 		}
 		req.Close()
 		ag.finished(in.Seq, time.Now())
+	})
+}
+
+// receive hands each value next returns to handle until next fails. The
+// error that ends the loop is counted, under what, unless it is the
+// expected end: ctx done, or closed, the handle's own closing.
+func receive[T any](ctx context.Context, s *schedule, what string, next func(context.Context) (T, error), closed error, handle func(T)) {
+	for {
+		v, err := next(ctx)
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, closed) {
+				s.errs.Add(what, err)
+			}
+			return
+		}
+		handle(v)
 	}
 }
 
@@ -98,7 +107,7 @@ func (s *schedule) touchAttachment(ctx context.Context, extract func(string) (*c
 	if err != nil {
 		return 0, err
 	}
-	sum := touch(v.Bytes())
+	sum := Touch(v.Bytes())
 	return sum, v.Close()
 }
 
@@ -106,14 +115,7 @@ func (s *schedule) touchAttachment(ctx context.Context, extract func(string) (*c
 // to the view, artifact and message closed, less the slow consumer's
 // sleep; delivery from just before Publish to the first byte read.
 func (s *schedule) consume(ctx context.Context, c *consumer) {
-	for {
-		m, err := c.sub.Next(ctx)
-		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, client.ErrSubscriptionClosed) {
-				s.errs.add("consumer", err)
-			}
-			return
-		}
+	receive(ctx, s, "consumer", c.sub.Next, client.ErrSubscriptionClosed, func(m *client.Message) {
 		// Decoded first: access closes the message, and a closed handle
 		// refuses use.
 		var p framePayload
@@ -121,7 +123,7 @@ func (s *schedule) consume(ctx context.Context, c *consumer) {
 		first, touched, ok := s.access(ctx, c, m)
 		closed := time.Now()
 		if derr != nil {
-			s.errs.add("consumer payload", derr)
+			s.errs.Add("consumer payload", derr)
 		} else if ok {
 			if c.slow {
 				s.out.DeliverySlow.Add(time.Duration(first.UnixNano() - p.T))
@@ -139,7 +141,7 @@ func (s *schedule) consume(ctx context.Context, c *consumer) {
 			c.maxSeq, c.closedAt = p.Seq, closed
 		}
 		c.mu.Unlock()
-	}
+	})
 }
 
 // access reads every line of a message's frame through a view and closes
@@ -151,7 +153,7 @@ func (s *schedule) access(ctx context.Context, c *consumer, m *client.Message) (
 	t0 := time.Now()
 	a, err := m.Artifact("frame")
 	if err != nil {
-		s.errs.add("consumer artifact", err)
+		s.errs.Add("consumer artifact", err)
 		return first, touched, false
 	}
 	defer a.Close()
@@ -159,13 +161,13 @@ func (s *schedule) access(ctx context.Context, c *consumer, m *client.Message) (
 	v, err := a.View(ctx)
 	viewed := time.Since(tv)
 	if err != nil {
-		s.errs.add("consumer view", err)
+		s.errs.Add("consumer view", err)
 		return first, touched, false
 	}
 	b := v.Bytes()
 	sum := b[0]
 	first = time.Now()
-	sum += touch(b[TouchStride:])
+	sum += Touch(b[TouchStride:])
 	touched = time.Now()
 	if c.slow {
 		time.Sleep(SlowConsumerDelay) // the slow consumer's work on the frame
@@ -177,7 +179,7 @@ func (s *schedule) access(ctx context.Context, c *consumer, m *client.Message) (
 	closed := time.Now()
 	sinkByte.Add(uint32(sum))
 	if verr != nil {
-		s.errs.add("consumer view close", verr)
+		s.errs.Add("consumer view close", verr)
 		return first, touched, false
 	}
 	s.out.Access.Add(touched.Sub(t0) + closed.Sub(t2))

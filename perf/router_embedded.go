@@ -38,12 +38,12 @@ func (e *embeddedRouter) info() Router {
 }
 
 func (e *embeddedRouter) stats() statsSource          { return embeddedStats{e.r} }
-func (e *embeddedRouter) cpu() (time.Duration, error) { return selfCPU() }
+func (e *embeddedRouter) cpu() (time.Duration, error) { return SelfCPU() }
 func (e *embeddedRouter) what() string {
 	return "whole process (embedded: router and clients together)"
 }
-func (e *embeddedRouter) memory() (Memory, error) { return readMemory(os.Getpid()) }
-func (e *embeddedRouter) resetPeak() error        { return resetPeakRSS(os.Getpid()) }
+func (e *embeddedRouter) memory() (Memory, error) { return ReadMemory(os.Getpid()) }
+func (e *embeddedRouter) resetPeak() error        { return ResetPeakRSS(os.Getpid()) }
 
 // profile uses runtime/pprof: in embedded mode it profiles the clients too.
 // The profile stops after seconds, or when ctx ends.

@@ -61,26 +61,13 @@ func startProcess(ctx context.Context, binary, storeRoot string, mode store.Mode
 	// Its own process group, so a terminal's ^C reaches only the harness,
 	// which then stops the router in order; and SIGTERM if we die.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &processRouter{cmd: cmd, pid: cmd.Process.Pid, exited: make(chan struct{}), status: -1,
-		tail: &lineTail{max: 20}}
+	p := &processRouter{cmd: cmd, exited: make(chan struct{}), status: -1, tail: &lineTail{max: 20}}
 	ready := make(chan readyLine, 1)
 	badReady := make(chan string, 1)
 	metricsAddr := make(chan string, 1)
 	storeDir := make(chan string, 1)
 
-	var readers sync.WaitGroup
-	readers.Go(func() {
+	readStdout := func(stdout io.Reader) {
 		sc := bufio.NewScanner(stdout)
 		first := true
 		for sc.Scan() {
@@ -95,9 +82,8 @@ func startProcess(ctx context.Context, binary, storeRoot string, mode store.Mode
 			}
 			ready <- rl
 		}
-		io.Copy(io.Discard, stdout)
-	})
-	readers.Go(func() {
+	}
+	readStderr := func(stderr io.Reader) {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 		for sc.Scan() {
@@ -119,11 +105,8 @@ func startProcess(ctx context.Context, binary, storeRoot string, mode store.Mode
 				}
 			}
 		}
-		io.Copy(io.Discard, stderr)
-	})
-	go func() {
-		readers.Wait() // Wait must follow the last read of the pipes
-		err := cmd.Wait()
+	}
+	err := startReading(cmd, readStdout, readStderr, func(err error) {
 		var ee *exec.ExitError
 		switch {
 		case err == nil:
@@ -132,7 +115,11 @@ func startProcess(ctx context.Context, binary, storeRoot string, mode store.Mode
 			p.status = ee.ExitCode()
 		}
 		close(p.exited)
-	}()
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.pid = cmd.Process.Pid
 
 	fail := func(err error) (*processRouter, error) {
 		kctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -179,6 +166,53 @@ func startProcess(ctx context.Context, binary, storeRoot string, mode store.Mode
 	return p, nil
 }
 
+// startReading starts cmd with its stdout and stderr read by readStdout
+// and readStderr, a goroutine each, and whatever they leave discarded, so
+// that the child never blocks on a full pipe. Once both pipes are read to
+// the end (Wait must follow the last read of the pipes) it calls exited
+// with Wait's error.
+func startReading(cmd *exec.Cmd, readStdout, readStderr func(io.Reader), exited func(error)) error {
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	var readers sync.WaitGroup
+	for _, pipe := range []struct {
+		r    io.Reader
+		read func(io.Reader)
+	}{{stdout, readStdout}, {stderr, readStderr}} {
+		readers.Go(func() {
+			pipe.read(pipe.r)
+			io.Copy(io.Discard, pipe.r)
+		})
+	}
+	go func() {
+		readers.Wait()
+		exited(cmd.Wait())
+	}()
+	return nil
+}
+
+// awaitExit waits until exited is closed; if ctx ends first, it kills
+// cmd's process, waits still and reports false.
+func awaitExit(ctx context.Context, cmd *exec.Cmd, exited <-chan struct{}) bool {
+	select {
+	case <-exited:
+		return true
+	case <-ctx.Done():
+		cmd.Process.Kill()
+		<-exited
+		return false
+	}
+}
+
 func (p *processRouter) info() Router {
 	inf := p.inf
 	select {
@@ -190,10 +224,10 @@ func (p *processRouter) info() Router {
 }
 
 func (p *processRouter) stats() statsSource          { return p.metrics }
-func (p *processRouter) cpu() (time.Duration, error) { return processCPU(p.pid) }
+func (p *processRouter) cpu() (time.Duration, error) { return ProcessCPU(p.pid) }
 func (p *processRouter) what() string                { return "router process" }
-func (p *processRouter) memory() (Memory, error)     { return readMemory(p.pid) }
-func (p *processRouter) resetPeak() error            { return resetPeakRSS(p.pid) }
+func (p *processRouter) memory() (Memory, error)     { return ReadMemory(p.pid) }
+func (p *processRouter) resetPeak() error            { return ResetPeakRSS(p.pid) }
 
 // profile fetches /debug/pprof/profile?seconds=N from the router's
 // metrics endpoint in the background.
@@ -236,11 +270,7 @@ func (p *processRouter) stop(ctx context.Context) error {
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 			return err
 		}
-		select {
-		case <-p.exited:
-		case <-ctx.Done():
-			p.cmd.Process.Kill()
-			<-p.exited
+		if !awaitExit(ctx, p.cmd, p.exited) {
 			return fmt.Errorf("the router did not stop after SIGTERM; killed%s", p.tail.text())
 		}
 	}

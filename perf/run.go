@@ -48,7 +48,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	frame := framePattern()
+	frame := FramePattern()
 	rounds := defaultRounds
 	if cfg.rounds != nil {
 		rounds = *cfg.rounds

@@ -50,7 +50,7 @@ type schedule struct {
 	env    scheduleEnv
 	agents int
 	out    *Schedule
-	errs   errorLog
+	errs   ErrorLog
 
 	topic    string
 	producer *client.Client
@@ -72,7 +72,7 @@ func runSchedule(ctx context.Context, env scheduleEnv, agents int) *Schedule {
 		agentLast: make([]int, agents), fills: newFillStarts(planned)}
 	s.out = newFigures(agents, planned, env.natsUs)
 	defer func() {
-		s.out.ErrorCount, s.out.Errors = s.errs.summary()
+		s.out.ErrorCount, s.out.Errors = s.errs.Summary()
 	}()
 
 	loops, cancelLoops := context.WithCancel(ctx)
@@ -88,7 +88,7 @@ func runSchedule(ctx context.Context, env scheduleEnv, agents int) *Schedule {
 	err := s.connect(setup)
 	cancelSetup()
 	if err != nil {
-		s.errs.add("setup", err)
+		s.errs.Add("setup", err)
 		return s.out
 	}
 	for _, c := range s.cons {
@@ -176,11 +176,11 @@ func (s *schedule) measure(ctx context.Context, planned int) {
 	memBefore, memErr := host.memory()
 	stats0, err := host.stats().sample(ctx)
 	if err != nil {
-		s.errs.add("stats before", err)
+		s.errs.Add("stats before", err)
 	}
 	cons0 := s.consumerStats()
 	r0, rErr := host.cpu()
-	h0, hErr := selfCPU()
+	h0, hErr := SelfCPU()
 	start := time.Now()
 
 	smp := startSampler(ctx, host.stats())
@@ -188,7 +188,7 @@ func (s *schedule) measure(ctx context.Context, planned int) {
 	if s.env.profile != "" {
 		secs := max(1, int(s.env.seconds+0.999))
 		if waitProfile, err = host.profile(ctx, secs, s.env.profile); err != nil {
-			s.errs.add("cpu profile", err)
+			s.errs.Add("cpu profile", err)
 		} else {
 			out.Profile = s.env.profile
 		}
@@ -199,7 +199,7 @@ func (s *schedule) measure(ctx context.Context, planned int) {
 		s.mu.Unlock()
 		cur := smp.current()
 		return fmt.Sprintf("%s: frame %d/%d, late %d, roots %d, store %s, errors %d",
-			s.env.name(s.agents), produced, planned, late, cur.ArtifactRoots, mb(cur.StoreBytes), s.errs.count())
+			s.env.name(s.agents), produced, planned, late, cur.ArtifactRoots, mb(cur.StoreBytes), s.errs.Count())
 	})
 
 	stopSide := s.startSide(ctx)
@@ -209,7 +209,7 @@ func (s *schedule) measure(ctx context.Context, planned int) {
 	if d, err := host.stats().details(ctx); err == nil {
 		out.Subscriptions = d.Subscriptions
 	} else {
-		s.errs.add("details", err)
+		s.errs.Add("details", err)
 	}
 	live, drained := s.drain(ctx)
 	if !drained {
@@ -222,13 +222,13 @@ func (s *schedule) measure(ctx context.Context, planned int) {
 	}
 
 	r1, rErr1 := host.cpu()
-	h1, hErr1 := selfCPU()
+	h1, hErr1 := SelfCPU()
 	wall := time.Since(start)
 	memAfter, memErr1 := host.memory()
 	peak, n, serrs, lastErr := smp.stop()
 	if waitProfile != nil {
 		if err := waitProfile(); err != nil {
-			s.errs.add("cpu profile", err)
+			s.errs.Add("cpu profile", err)
 			out.Profile = ""
 		}
 	}
@@ -257,7 +257,7 @@ func (s *schedule) measure(ctx context.Context, planned int) {
 	out.ArtifactsPeak, out.ArtifactsLive = max(peak.Artifacts, live.Artifacts), live.Artifacts
 	out.StatsSamples, out.StatsErrors = n, serrs
 	if lastErr != nil {
-		s.errs.add("stats sampling", lastErr)
+		s.errs.Add("stats sampling", lastErr)
 	}
 	for _, c := range s.cons {
 		c.mu.Lock()

@@ -27,9 +27,9 @@ const (
 // framePeriod is one slot of the 60 Hz schedule.
 const framePeriod = time.Second / FrameRate
 
-// touch reads one byte of every TouchStride-byte line of b and returns
+// Touch reads one byte of every TouchStride-byte line of b and returns
 // their sum, so that the reads cannot be optimized away.
-func touch(b []byte) byte {
+func Touch(b []byte) byte {
 	var sum byte
 	for i := 0; i < len(b); i += TouchStride {
 		sum += b[i]
@@ -40,10 +40,10 @@ func touch(b []byte) byte {
 // sinkByte receives touch sums nobody else needs.
 var sinkByte atomic.Uint32
 
-// framePattern is the producer's source image: a gradient, so that pages
+// FramePattern is the producer's source image: a gradient, so that pages
 // are not all alike. The schedule stamps each frame's sequence number into
 // its first eight bytes.
-func framePattern() []byte {
+func FramePattern() []byte {
 	b := make([]byte, FrameBytes)
 	for y := range FrameHeight {
 		row := b[y*FrameWidth*4 : (y+1)*FrameWidth*4]

@@ -153,7 +153,7 @@ func directConsumersChild() error {
 	fmt.Println("ready")
 	wg.Wait()
 	rep := directReport{Consumers: out}
-	if m, err := readMemory(os.Getpid()); err == nil {
+	if m, err := perf.ReadMemory(os.Getpid()); err == nil {
 		rep.Memory = m
 	}
 	return json.NewEncoder(os.Stdout).Encode(rep)
@@ -184,7 +184,7 @@ func directConsume(r io.Reader, c *directConsumerReport) error {
 		}
 		sum := buf[0]
 		first := time.Now()
-		sum += touch(buf[TouchStride:])
+		sum += perf.Touch(buf[TouchStride:])
 		sinkByte.Add(uint32(sum))
 		c.SamplesNs = append(c.SamplesNs, first.UnixNano()-t)
 		c.Seen++
@@ -204,14 +204,14 @@ func directConsume(r io.Reader, c *directConsumerReport) error {
 func RunDirect(ctx context.Context, cfg DirectConfig) (*Result, error) {
 	r := newResult("direct", cfg.Seconds, 0)
 	r.Settings.Semantics = "latest-only: a one-frame slot per consumer, replaced when its writer is still busy; the producer never blocks"
-	var errs errorLog
-	defer func() { r.Errors = errs.list() }()
+	var errs perf.ErrorLog
+	defer func() { r.Errors = errorList(&errs) }()
 
 	cmd, err := childCommand("direct-consumers")
 	if err != nil {
 		return nil, err
 	}
-	frame := framePattern()
+	frame := perf.FramePattern()
 	var writers []*directWriter
 	var childEnds []*os.File
 	defer func() {
@@ -264,63 +264,35 @@ func RunDirect(ctx context.Context, cfg DirectConfig) (*Result, error) {
 		wg.Go(w.loop)
 	}
 
-	self := os.Getpid()
-	r.Memory.What, r.Memory.PeakReset = "direct producer (this process)", resetPeak(self) == nil
-	memBefore, memErr := readMemory(self)
-	c0, cErr := selfCPU()
-	k0, kErr := processCPU(pid)
-	start := time.Now()
+	m := r.startMeter(os.Getpid(), "direct producer (this process)", perf.SelfCPU,
+		"direct consumers child process", func() (time.Duration, error) { return perf.ProcessCPU(pid) })
 
-	tk := time.NewTicker(framePeriod)
-	for seq := 1; seq <= r.Planned; seq++ {
-		var tick time.Time
-		select {
-		case tick = <-tk.C:
-		case <-ctx.Done():
-			errs.add("producer", ctx.Err())
-			seq = r.Planned + 1
-			continue
-		}
+	r.paced(ctx, &errs, func(seq int) {
 		it := &directItem{seq: uint64(seq), t: time.Now().UnixNano()}
 		for _, w := range writers {
 			w.offer(it)
 		}
 		r.Frames++
-		if over := time.Since(tick) - framePeriod; over > 0 {
-			r.Late++
-			r.MaxOverrunNs = max(r.MaxOverrunNs, over)
-		}
-	}
-	tk.Stop()
+	})
 	r.Drained = true
 	for i, w := range writers {
 		if err := w.drain(); err != nil {
-			errs.add(fmt.Sprintf("writer %d", i+1), err)
+			errs.Add(fmt.Sprintf("writer %d", i+1), err)
 			r.Drained = false
 		}
 	}
-	wall := time.Since(start)
-	c1, cErr1 := selfCPU()
-	k1, kErr1 := processCPU(pid)
-	memAfter, memErr1 := readMemory(self)
+	m.stop()
 
 	closeAll()
 	wg.Wait()
 	var rep directReport
 	if err := json.NewDecoder(out).Decode(&rep); err != nil {
-		errs.add("consumers' report", err)
+		errs.Add("consumers' report", err)
 	}
 	if err := cmd.Wait(); err != nil {
-		errs.add("consumers child", err)
+		errs.Add("consumers child", err)
 	}
 
-	r.WallNs = wall
-	r.CPU = cpuFigure("direct producer (this process)", c1-c0, wall, r.Frames, errors.Join(cErr, cErr1))
-	r.ClientCPU = cpuFigure("direct consumers child process", k1-k0, wall, r.Frames, errors.Join(kErr, kErr1))
-	r.Memory.Before, r.Memory.After = memBefore, memAfter
-	if err := errors.Join(memErr, memErr1); err != nil {
-		r.Memory.Err = err.Error()
-	}
 	if rep.Memory.RSS > 0 {
 		r.ClientMemory = &rep.Memory
 	}
@@ -337,7 +309,7 @@ func RunDirect(ctx context.Context, cfg DirectConfig) (*Result, error) {
 				}
 			}
 			if rc.Err != "" {
-				errs.add(fmt.Sprintf("consumer %d", i+1), errors.New(rc.Err))
+				errs.Add(fmt.Sprintf("consumer %d", i+1), errors.New(rc.Err))
 			}
 		}
 		w.mu.Lock()

@@ -164,8 +164,8 @@ func RunNATS(ctx context.Context, cfg NATSConfig) (*Result, error) {
 	if cfg.Agents > 0 {
 		r.RPC = &perf.Hist{}
 	}
-	var errs errorLog
-	defer func() { r.Errors = errs.list() }()
+	var errs perf.ErrorLog
+	defer func() { r.Errors = errorList(&errs) }()
 
 	child, err := startNATSChild()
 	if err != nil {
@@ -178,14 +178,14 @@ func RunNATS(ctx context.Context, cfg NATSConfig) (*Result, error) {
 			nc.Close()
 		}
 		if err := child.stop(); err != nil {
-			errs.add("nats server child", err)
+			errs.Add("nats server child", err)
 		}
 	}()
 	connect := func(name string) (*nats.Conn, error) {
 		nc, err := nats.Connect(child.url, nats.Name(name), nats.MaxReconnects(0),
 			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 				if !errors.Is(err, nats.ErrSlowConsumer) { // counted by Subscription.Dropped
-					errs.add(name, err)
+					errs.Add(name, err)
 				}
 			}))
 		if err == nil {
@@ -225,9 +225,9 @@ func RunNATS(ctx context.Context, cfg NATSConfig) (*Result, error) {
 			return nil, err
 		}
 		if _, err := nc.Subscribe(agents[i], func(m *nats.Msg) {
-			sinkByte.Add(uint32(touch(m.Data)))
+			sinkByte.Add(uint32(perf.Touch(m.Data)))
 			if err := m.Respond([]byte(`{"ok":true}`)); err != nil {
-				errs.add("agent reply", err)
+				errs.Add("agent reply", err)
 			}
 		}); err != nil {
 			return nil, err
@@ -239,30 +239,18 @@ func RunNATS(ctx context.Context, cfg NATSConfig) (*Result, error) {
 
 	// The measured interval: the server's CPU and memory around the
 	// schedule, from the first tick to every consumer drained.
-	r.Memory.What, r.Memory.PeakReset = "nats-server child process", resetPeak(child.pid) == nil
-	memBefore, memErr := readMemory(child.pid)
 	v0, vErr := child.varz()
-	c0, cErr := processCPU(child.pid)
-	s0, sErr := selfCPU()
-	start := time.Now()
+	m := r.startMeter(child.pid, "nats-server child process", func() (time.Duration, error) { return perf.ProcessCPU(child.pid) },
+		"nats.go clients (this process)", perf.SelfCPU)
 
-	frame := framePattern()
-	tk := time.NewTicker(framePeriod)
+	frame := perf.FramePattern()
 	last := 0
-	for seq := 1; seq <= r.Planned; seq++ {
-		var tick time.Time
-		select {
-		case tick = <-tk.C:
-		case <-ctx.Done():
-			errs.add("producer", ctx.Err())
-			seq = r.Planned + 1
-			continue
-		}
+	r.paced(ctx, &errs, func(seq int) {
 		binary.LittleEndian.PutUint64(frame[0:], uint64(seq))
 		tp := time.Now()
 		binary.LittleEndian.PutUint64(frame[8:], uint64(tp.UnixNano()))
 		if err := prod.Publish(subject, frame); err != nil {
-			errs.add("publish", err)
+			errs.Add("publish", err)
 		} else {
 			r.Publish.Add(time.Since(tp))
 			r.Frames++
@@ -273,44 +261,29 @@ func RunNATS(ctx context.Context, cfg NATSConfig) (*Result, error) {
 			wg.Go(func() {
 				t0 := time.Now()
 				if _, err := prod.Request(subj, frame, 10*time.Second); err != nil {
-					errs.add("request", err)
+					errs.Add("request", err)
 					return
 				}
 				r.RPC.Add(time.Since(t0))
 			})
 		}
 		wg.Wait()
-		if over := time.Since(tick) - framePeriod; over > 0 {
-			r.Late++
-			r.MaxOverrunNs = max(r.MaxOverrunNs, over)
-		}
-	}
-	tk.Stop()
+	})
 	if err := prod.Flush(); err != nil {
-		errs.add("flush", err)
+		errs.Add("flush", err)
 	}
 	r.Drained = drainNATS(ctx, cons, int64(last))
-	wall := time.Since(start)
-	c1, cErr1 := processCPU(child.pid)
-	s1, sErr1 := selfCPU()
+	m.stop()
 	v1, vErr1 := child.varz()
-	memAfter, memErr1 := readMemory(child.pid)
 
-	r.WallNs = wall
-	r.CPU = cpuFigure("nats-server child process", c1-c0, wall, r.Frames, errors.Join(cErr, cErr1))
-	r.ClientCPU = cpuFigure("nats.go clients (this process)", s1-s0, wall, r.Frames, errors.Join(sErr, sErr1))
-	r.Memory.Before, r.Memory.After = memBefore, memAfter
-	if err := errors.Join(memErr, memErr1); err != nil {
-		r.Memory.Err = err.Error()
-	}
 	if err := errors.Join(vErr, vErr1); err != nil {
-		errs.add("varz", err)
+		errs.Add("varz", err)
 	} else {
 		r.Server = &ServerFigures{InMsgs: v1.InMsgs - v0.InMsgs, OutMsgs: v1.OutMsgs - v0.OutMsgs,
 			InBytes: v1.InBytes - v0.InBytes, OutBytes: v1.OutBytes - v0.OutBytes,
 			SlowConsumers: v1.SlowConsumers - v0.SlowConsumers}
 	}
-	if m, err := readMemory(os.Getpid()); err == nil {
+	if m, err := perf.ReadMemory(os.Getpid()); err == nil {
 		r.ClientMemory = &m
 	}
 	for _, c := range cons {
@@ -320,23 +293,23 @@ func RunNATS(ctx context.Context, cfg NATSConfig) (*Result, error) {
 			Missing: max(0, r.Frames-seen)})
 	}
 	if !r.Drained {
-		errs.add("drain", errors.New("consumers did not drain within the timeout"))
+		errs.Add("drain", errors.New("consumers did not drain within the timeout"))
 	}
 	return r, nil
 }
 
 // consumeNATS is a subscriber's handler: read the first byte, touch every
 // line, and for the slow consumer sleep 40 ms.
-func (r *Result) consumeNATS(c *natsConsumer, m *nats.Msg, errs *errorLog) {
+func (r *Result) consumeNATS(c *natsConsumer, m *nats.Msg, errs *perf.ErrorLog) {
 	if len(m.Data) != FrameBytes {
-		errs.add("consumer", fmt.Errorf("message of %d bytes, want %d", len(m.Data), FrameBytes))
+		errs.Add("consumer", fmt.Errorf("message of %d bytes, want %d", len(m.Data), FrameBytes))
 		return
 	}
 	sum := m.Data[0]
 	first := time.Now()
 	seq := int64(binary.LittleEndian.Uint64(m.Data[0:]))
 	t := int64(binary.LittleEndian.Uint64(m.Data[8:]))
-	sum += touch(m.Data[TouchStride:])
+	sum += perf.Touch(m.Data[TouchStride:])
 	sinkByte.Add(uint32(sum))
 	lat := time.Duration(first.UnixNano() - t)
 	if c.slow {

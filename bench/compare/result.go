@@ -150,44 +150,12 @@ func ReadFlybus(path string) (*perf.Report, error) {
 	return &r, nil
 }
 
-// cpuFigure turns CPU used over wall into cores and µs per frame.
-func cpuFigure(what string, used, wall time.Duration, frames int, err error) perf.CPU {
-	c := perf.CPU{What: what}
-	if err != nil {
-		c.Err = err.Error()
-		return c
+// errorList is a run's errors as a Result reports them: the first few,
+// then how many more there were.
+func errorList(l *perf.ErrorLog) []string {
+	n, out := l.Summary()
+	if n > len(out) {
+		out = append(out, fmt.Sprintf("... and %d more", n-len(out)))
 	}
-	c.Seconds = used.Seconds()
-	if wall > 0 {
-		c.Cores = c.Seconds / wall.Seconds()
-	}
-	if frames > 0 {
-		c.PerFrameUs = c.Seconds * 1e6 / float64(frames)
-	}
-	// No stats sampling runs here, so net and gross are the same.
-	c.NetCores, c.NetPerFrameUs = c.Cores, c.PerFrameUs
-	return c
-}
-
-// touch reads one byte of every TouchStride-byte line of b, as the perf
-// harness's consumers do.
-func touch(b []byte) byte {
-	var sum byte
-	for i := 0; i < len(b); i += TouchStride {
-		sum += b[i]
-	}
-	return sum
-}
-
-// framePattern is the producer's source image, the perf harness's gradient.
-func framePattern() []byte {
-	const w, h = perf.FrameWidth, perf.FrameHeight
-	b := make([]byte, FrameBytes)
-	for y := range h {
-		row := b[y*w*4 : (y+1)*w*4]
-		for x := range w {
-			row[4*x], row[4*x+1], row[4*x+2], row[4*x+3] = byte(x), byte(y), byte(x^y), 0xff
-		}
-	}
-	return b
+	return out
 }

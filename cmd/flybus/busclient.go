@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"regexp"
 	"strconv"
 	"strings"
@@ -293,6 +294,14 @@ func connectTool(ctx context.Context, socket, tool, id string, cfg client.Config
 	cfg.ClientID, cfg.ClientIncarnation = bound, ""
 	bus, err = client.ConnectUnix(ctx, socket, cfg)
 	return bus, bound, err
+}
+
+// toolContext is a client tool's context: it ends on the first of
+// signals or after timeout, connecting included.
+func toolContext(timeout time.Duration, signals ...os.Signal) (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), signals...)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	return ctx, func() { cancel(); stop() }
 }
 
 // toolFailed prints why a client tool failed and returns the failure

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"time"
 
 	"github.com/flybus/flybus/client"
 	"github.com/flybus/flybus/wire"
@@ -21,18 +19,8 @@ var callCmd = &command{
 	usage:   callUsage,
 }
 
-type callOptions struct {
-	artifactOptions
-	client  string
-	timeout time.Duration
-}
-
 func callFlags(o *callOptions) *flag.FlagSet {
-	set := newFlagSet("call")
-	o.define(set)
-	set.StringVar(&o.client, "client", "", clientFlagUsage)
-	durationVar(set, &o.timeout, "timeout", 10*time.Second, "give up after `D`, connecting included; the call is then abandoned")
-	return set
+	return (*messageOptions)(o).flags("call", "give up after `D`, connecting included; the call is then abandoned")
 }
 
 func callUsage() string {
@@ -48,9 +36,8 @@ exits 0. A refusal or failure prints CODE: message to stderr and exits 1.
 
 // callPlan is a checked call command line.
 type callPlan struct {
-	socket, service, method string
-	payload                 []byte
-	files                   []pubFile
+	messagePlan
+	service, method string
 }
 
 // plan checks the command line before anything is opened or connected
@@ -60,7 +47,7 @@ func (o *callOptions) plan(pos []string) (*callPlan, error) {
 	if len(pos) != 4 {
 		return nil, fmt.Errorf("want SOCKET SERVICE METHOD JSON, got %d arguments", len(pos))
 	}
-	p := &callPlan{socket: pos[0], service: pos[1], method: pos[2]}
+	p := &callPlan{service: pos[1], method: pos[2]}
 	if err := checkName("service", p.service); err != nil {
 		return nil, err
 	}
@@ -68,7 +55,7 @@ func (o *callOptions) plan(pos []string) (*callPlan, error) {
 		return nil, fmt.Errorf("%q is not a method name (1-128 printable ASCII characters)", p.method)
 	}
 	var err error
-	if p.payload, p.files, err = o.message(pos[3], o.client, o.timeout); err != nil {
+	if p.messagePlan, err = (*messageOptions)(o).message(pos[0], pos[3]); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -76,46 +63,23 @@ func (o *callOptions) plan(pos []string) (*callPlan, error) {
 
 func runCall(c *command, args []string, stdout, stderr io.Writer) int {
 	o := &callOptions{}
-	pos, code, ok := parse(c, callFlags(o), args, stdout, stderr)
+	p, code, ok := parsePlan(c, callFlags(o), o.plan, args, stdout, stderr)
 	if !ok {
 		return code
 	}
-	p, err := o.plan(pos)
-	if err != nil {
-		return usageError(c, stderr, err.Error())
-	}
-	srcs, err := openSources(p.files)
-	if err != nil {
-		fmt.Fprintf(stderr, "flybus call: %v\n", err)
-		return exitUsage
-	}
-	defer closeSources(srcs)
-
+	failed := func(err error) int { return callFailed(stderr, o, err) }
 	// Ctrl-C abandons the call properly (a cancel) instead of vanishing.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
-
-	bus, id, err := connectTool(ctx, p.socket, c.name, o.client, client.Config{StoreRoot: o.store})
-	if err != nil {
-		callFailed(stderr, o, err)
-		connectHints(stderr, c.name, id, err)
-		return exitFailure
-	}
-	defer bus.Close()
-	atts, err := uploadAll(ctx, bus, srcs, o.store)
-	defer closeAttachments(atts)
-	if err != nil {
-		return callFailed(stderr, o, err)
-	}
-	res, err := bus.CallAndWait(ctx, p.service, 0, p.method, wire.RawJSON(p.payload), atts...)
-	if err != nil {
-		return callFailed(stderr, o, err)
-	}
-	defer res.Close()
-	fmt.Fprintf(stdout, "%s\n", res.Outcome)
-	return exitOK
+	signals := []os.Signal{os.Interrupt}
+	return sendMessage(c, (*messageOptions)(o), &p.messagePlan, stderr, signals, failed,
+		func(ctx context.Context, bus *client.Client, atts []client.Attachment) error {
+			res, err := bus.CallAndWait(ctx, p.service, 0, p.method, wire.RawJSON(p.payload), atts...)
+			if err != nil {
+				return err
+			}
+			defer res.Close()
+			fmt.Fprintf(stdout, "%s\n", res.Outcome)
+			return nil
+		})
 }
 
 // callFailed prints a bus error in its own words (CODE: message) and

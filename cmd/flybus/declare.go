@@ -1,12 +1,11 @@
 package main
 
 import (
-	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"syscall"
 	"time"
 
@@ -57,45 +56,53 @@ func retention(s string) (wire.Retention, bool) {
 	return 0, false
 }
 
+// declarePlan is a checked declare command line.
+type declarePlan struct {
+	socket, topic string
+	retained      wire.Retention
+}
+
+// plan checks the command line; the error is a usage error's message.
+func (o *declareOptions) plan(pos []string) (*declarePlan, error) {
+	if len(pos) != 2 {
+		return nil, fmt.Errorf("want SOCKET TOPIC, got %d arguments", len(pos))
+	}
+	p := &declarePlan{socket: pos[0], topic: pos[1]}
+	if err := checkName("topic", p.topic); err != nil {
+		return nil, err
+	}
+	var ok bool
+	if p.retained, ok = retention(o.retained); !ok {
+		return nil, fmt.Errorf("--retained is latest or none, not %q", o.retained)
+	}
+	if msg := checkClientFlags(o.client, o.timeout); msg != "" {
+		return nil, errors.New(msg)
+	}
+	return p, nil
+}
+
 func runDeclare(c *command, args []string, stdout, stderr io.Writer) int {
 	o := &declareOptions{}
-	pos, code, ok := parse(c, declareFlags(o), args, stdout, stderr)
+	p, code, ok := parsePlan(c, declareFlags(o), o.plan, args, stdout, stderr)
 	if !ok {
 		return code
 	}
-	if len(pos) != 2 {
-		return usageError(c, stderr, fmt.Sprintf("want SOCKET TOPIC, got %d arguments", len(pos)))
-	}
-	socket, topic := pos[0], pos[1]
-	retained, okRet := retention(o.retained)
-	if err := checkName("topic", topic); err != nil {
-		return usageError(c, stderr, err.Error())
-	}
-	switch {
-	case !okRet:
-		return usageError(c, stderr, fmt.Sprintf("--retained is latest or none, not %q", o.retained))
-	}
-	if msg := checkClientFlags(o.client, o.timeout); msg != "" {
-		return usageError(c, stderr, msg)
-	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	ctx, cancel := toolContext(o.timeout, os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	bus, id, err := connectTool(ctx, socket, c.name, o.client, client.Config{})
+	bus, id, err := connectTool(ctx, p.socket, c.name, o.client, client.Config{})
 	if err != nil {
 		return connectFailed(stderr, c.name, id, o.timeout, err)
 	}
 	defer bus.Close()
-	info, err := bus.DeclareTopic(ctx, topic, retained)
+	info, err := bus.DeclareTopic(ctx, p.topic, p.retained)
 	if err != nil {
 		return toolFailed(stderr, c.name, o.timeout, err)
 	}
 	if info.Declared {
-		fmt.Fprintf(stdout, "declared %s (incarnation %s)\n", topic, info.Incarnation)
+		fmt.Fprintf(stdout, "declared %s (incarnation %s)\n", p.topic, info.Incarnation)
 	} else {
-		fmt.Fprintf(stdout, "%s already declared (incarnation %s)\n", topic, info.Incarnation)
+		fmt.Fprintf(stdout, "%s already declared (incarnation %s)\n", p.topic, info.Incarnation)
 	}
 	return exitOK
 }

@@ -44,6 +44,44 @@ func parse(c *command, fs *flag.FlagSet, args []string, stdout, stderr io.Writer
 	}
 }
 
+// printCommand is a command that takes no arguments and no flags and
+// prints text, such as version and contract.
+func printCommand(name, summary, purpose string, text func() string) *command {
+	return &command{
+		name:    name,
+		summary: summary,
+		usage: func() string {
+			return usageText("flybus "+name, purpose, newFlagSet(name), "", walkExample(name))
+		},
+		run: func(c *command, args []string, stdout, stderr io.Writer) int {
+			pos, code, ok := parse(c, newFlagSet(name), args, stdout, stderr)
+			if !ok {
+				return code
+			}
+			if len(pos) > 0 {
+				return usageError(c, stderr, "unexpected argument "+pos[0])
+			}
+			fmt.Fprint(stdout, text())
+			return exitOK
+		},
+	}
+}
+
+// parsePlan parses a command line into set and checks its positional
+// arguments with plan. When ok is false the command must return code at
+// once: help was printed, or the command line was bad.
+func parsePlan[P any](c *command, set *flag.FlagSet, plan func([]string) (P, error), args []string, stdout, stderr io.Writer) (p P, code int, ok bool) {
+	pos, code, ok := parse(c, set, args, stdout, stderr)
+	if !ok {
+		return p, code, false
+	}
+	p, err := plan(pos)
+	if err != nil {
+		return p, usageError(c, stderr, err.Error()), false
+	}
+	return p, exitOK, true
+}
+
 // usageError reports bad arguments and where the help is, and returns the
 // usage exit status. The whole help would bury the one line that matters.
 func usageError(c *command, stderr io.Writer, msg string) int {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/flybus/flybus/client"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -58,13 +56,7 @@ func TestDefaultIDIsTheBoundOne(t *testing.T) {
 	startFlybus(t, "serve", "--store", store, "--listen", sock+"=agent-x").ready(t)
 
 	// The router's refusal names the id the socket is bound to.
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	defer cancel()
-	c, err := client.ConnectUnix(ctx, sock, client.Config{ClientID: "intruder"})
-	if err == nil {
-		c.Close()
-		t.Fatal("a bound socket admitted another id")
-	}
+	err := intruderRefusal(t, sock)
 	var be *wire.BusError
 	if !errors.As(err, &be) || be.Code != wire.ErrNotAuthorized || !strings.Contains(be.Message, `bound to client id "agent-x"`) {
 		t.Fatalf("refusal %v should be NOT_AUTHORIZED naming agent-x", err)

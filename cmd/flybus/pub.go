@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"mime"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -48,18 +47,33 @@ from stdin. A message's envelope holds at most 65,536 bytes: anything bigger
 travels as an artifact (--artifact NAME=FILE), which costs no copy per reader.
 `
 
-type pubOptions struct {
+// messageOptions are the flags of the tools that send a message, pub and
+// call.
+type messageOptions struct {
 	artifactOptions
 	client  string
 	timeout time.Duration
 }
 
-func pubFlags(o *pubOptions) *flag.FlagSet {
-	set := newFlagSet("pub")
+// pubOptions and callOptions are messageOptions, each with the plan of its
+// own positional arguments.
+type (
+	pubOptions  messageOptions
+	callOptions messageOptions
+)
+
+// flags defines the flags of the command name; only --timeout's text
+// differs between pub and call.
+func (o *messageOptions) flags(name, timeoutUsage string) *flag.FlagSet {
+	set := newFlagSet(name)
 	o.define(set)
 	set.StringVar(&o.client, "client", "", clientFlagUsage)
-	durationVar(set, &o.timeout, "timeout", 10*time.Second, "give up after `D`, connecting and copying the files included")
+	durationVar(set, &o.timeout, "timeout", 10*time.Second, timeoutUsage)
 	return set
+}
+
+func pubFlags(o *pubOptions) *flag.FlagSet {
+	return (*messageOptions)(o).flags("pub", "give up after `D`, connecting and copying the files included")
 }
 
 func pubUsage() string {
@@ -85,11 +99,17 @@ type pubFile struct {
 	name, path, contentType string
 }
 
+// messagePlan is what a checked pub or call command line sends, and where.
+type messagePlan struct {
+	socket  string
+	payload []byte
+	files   []pubFile
+}
+
 // pubPlan is a checked pub command line.
 type pubPlan struct {
-	socket, topic string
-	payload       []byte
-	files         []pubFile
+	messagePlan
+	topic string
 }
 
 // plan checks the positional arguments and flags without touching the
@@ -99,12 +119,12 @@ func (o *pubOptions) plan(pos []string) (*pubPlan, error) {
 	if len(pos) != 3 {
 		return nil, fmt.Errorf("want SOCKET TOPIC JSON, got %d arguments", len(pos))
 	}
-	p := &pubPlan{socket: pos[0], topic: pos[1]}
+	p := &pubPlan{topic: pos[1]}
 	if err := checkName("topic", p.topic); err != nil {
 		return nil, err
 	}
 	var err error
-	if p.payload, p.files, err = o.message(pos[2], o.client, o.timeout); err != nil {
+	if p.messagePlan, err = (*messageOptions)(o).message(pos[0], pos[2]); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -113,19 +133,19 @@ func (o *pubOptions) plan(pos []string) (*pubPlan, error) {
 // message reads and checks what pub and call send: the payload argument,
 // the client flags and the artifact flags; the error is a usage error's
 // message.
-func (o *artifactOptions) message(payloadArg, client string, timeout time.Duration) ([]byte, []pubFile, error) {
+func (o *messageOptions) message(socket, payloadArg string) (messagePlan, error) {
 	payload, err := payloadArgument(payloadArg)
 	if err != nil {
-		return nil, nil, err
+		return messagePlan{}, err
 	}
-	if msg := checkClientFlags(client, timeout); msg != "" {
-		return nil, nil, errors.New(msg)
+	if msg := checkClientFlags(o.client, o.timeout); msg != "" {
+		return messagePlan{}, errors.New(msg)
 	}
 	files, err := o.files()
 	if err != nil {
-		return nil, nil, err
+		return messagePlan{}, err
 	}
-	return payload, files, nil
+	return messagePlan{socket: socket, payload: payload, files: files}, nil
 }
 
 // files checks the artifact flags; the error is a usage error's message.
@@ -236,52 +256,59 @@ func closeSources(srcs []*pubSource) {
 
 func runPub(c *command, args []string, stdout, stderr io.Writer) int {
 	o := &pubOptions{}
-	pos, code, ok := parse(c, pubFlags(o), args, stdout, stderr)
+	p, code, ok := parsePlan(c, pubFlags(o), o.plan, args, stdout, stderr)
 	if !ok {
 		return code
 	}
-	p, err := o.plan(pos)
-	if err != nil {
-		return usageError(c, stderr, err.Error())
-	}
+	failed := func(err error) int { return toolFailed(stderr, c.name, o.timeout, err) }
+	// Ctrl-C abandons cleanly: unsealed staging files are released.
+	signals := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	return sendMessage(c, (*messageOptions)(o), &p.messagePlan, stderr, signals, failed,
+		func(ctx context.Context, bus *client.Client, atts []client.Attachment) error {
+			r, err := bus.Publish(ctx, p.topic, wire.RawJSON(p.payload), atts...)
+			if err == nil {
+				fmt.Fprintf(stdout, "published %s #%d to %d subscriber(s), %d replaced\n", p.topic, r.TopicSequence, r.Subscribers, r.Replaced)
+			}
+			return err
+		})
+}
+
+// sendMessage runs pub or call from a checked command line: it opens the
+// files, connects until signals or the timeout, uploads every file as a
+// sealed artifact and sends the message with them (send). failed reports
+// an error in the command's words and returns the exit status. The
+// artifacts are this client's holds: they are closed once the message has
+// been answered, since an admitted message owns its deliveries'
+// references and a refused one needs nothing.
+func sendMessage(c *command, o *messageOptions, p *messagePlan, stderr io.Writer, signals []os.Signal, failed func(error) int,
+	send func(ctx context.Context, bus *client.Client, atts []client.Attachment) error) int {
 	srcs, err := openSources(p.files)
 	if err != nil {
 		// Nothing was done: a bad argument, but the usage text would
 		// bury the one line that matters.
-		fmt.Fprintf(stderr, "flybus pub: %v\n", err)
+		fmt.Fprintf(stderr, "flybus %s: %v\n", c.name, err)
 		return exitUsage
 	}
 	defer closeSources(srcs)
 
-	// Ctrl-C abandons cleanly: unsealed staging files are released.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	ctx, cancel := toolContext(o.timeout, signals...)
 	defer cancel()
 	bus, id, err := connectTool(ctx, p.socket, c.name, o.client, client.Config{StoreRoot: o.store})
 	if err != nil {
-		return connectFailed(stderr, c.name, id, o.timeout, err)
+		failed(err)
+		connectHints(stderr, c.name, id, err)
+		return exitFailure
 	}
 	defer bus.Close()
-	r, err := publish(ctx, bus, p, srcs, o.store)
-	if err != nil {
-		return toolFailed(stderr, c.name, o.timeout, err)
-	}
-	fmt.Fprintf(stdout, "published %s #%d to %d subscriber(s), %d replaced\n", p.topic, r.TopicSequence, r.Subscribers, r.Replaced)
-	return exitOK
-}
-
-// publish uploads every source as a sealed artifact and publishes the
-// payload with them. The artifacts are this client's holds: they are
-// closed once the publish has been answered, since an admitted message
-// owns its deliveries' references and a refused one needs nothing.
-func publish(ctx context.Context, bus *client.Client, p *pubPlan, srcs []*pubSource, storeRoot string) (client.PublishReceipt, error) {
-	atts, err := uploadAll(ctx, bus, srcs, storeRoot)
+	atts, err := uploadAll(ctx, bus, srcs, o.store)
 	defer closeAttachments(atts)
-	if err != nil {
-		return client.PublishReceipt{}, err
+	if err == nil {
+		err = send(ctx, bus, atts)
 	}
-	return bus.Publish(ctx, p.topic, wire.RawJSON(p.payload), atts...)
+	if err != nil {
+		return failed(err)
+	}
+	return exitOK
 }
 
 // uploadAll uploads every source as a sealed artifact. The caller closes

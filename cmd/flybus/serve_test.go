@@ -95,6 +95,17 @@ func TestServeBoundListenerRefusesOtherIDs(t *testing.T) {
 	sock := filepath.Join(dir, "a.sock")
 	startFlybus(t, "serve", "--store", filepath.Join(t.TempDir(), "s"), "--listen", sock+"=agent-a").ready(t)
 
+	err := intruderRefusal(t, sock)
+	if !errors.Is(err, wire.ErrNotAuthorized) {
+		t.Fatalf("got %v, want NOT_AUTHORIZED", err)
+	}
+	connect(t, sock, "agent-a") // the bound id itself is admitted
+}
+
+// intruderRefusal connects to the bound socket sock as another client id
+// and returns the router's refusal; being admitted fails t.
+func intruderRefusal(t *testing.T, sock string) error {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	c, err := client.ConnectUnix(ctx, sock, client.Config{ClientID: "intruder"})
@@ -102,10 +113,7 @@ func TestServeBoundListenerRefusesOtherIDs(t *testing.T) {
 		c.Close()
 		t.Fatal("a bound socket admitted another client id")
 	}
-	if !errors.Is(err, wire.ErrNotAuthorized) {
-		t.Fatalf("got %v, want NOT_AUTHORIZED", err)
-	}
-	connect(t, sock, "agent-a") // the bound id itself is admitted
+	return err
 }
 
 func TestServeConfigErrorsExit2AndCreateNothing(t *testing.T) {

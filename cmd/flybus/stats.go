@@ -31,7 +31,7 @@ type statsOptions struct {
 
 func statsFlags(o *statsOptions) *flag.FlagSet {
 	set := newFlagSet("stats")
-	set.StringVar(&o.metrics, "metrics", "", "the router's metrics `ADDR`, as given to serve --metrics: PORT, HOST:PORT or\nhttp://HOST:PORT (required)")
+	metricsFlag(set, &o.metrics)
 	durationVar(set, &o.timeout, "timeout", 5*time.Second, "give up after `D`")
 	set.BoolVar(&o.json, "json", false, "print the whole snapshot (per topic, subscription, service and client, and\nthe store) as JSON, from /details, instead of the totals")
 	return set
@@ -52,30 +52,35 @@ func runStats(c *command, args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
-	if o.json {
-		d, err := fetchDetails(ctx, addr)
-		if err != nil {
-			fmt.Fprintf(stderr, "flybus stats: %v\n", err)
-			return exitFailure
-		}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(d); err != nil {
-			fmt.Fprintf(stderr, "flybus stats: %v\n", err)
-			return exitFailure
-		}
-		return exitOK
-	}
-	samples, err := fetchMetrics(ctx, "http://"+addr+"/metrics")
-	if err != nil {
-		fmt.Fprintf(stderr, "flybus stats: %v\n", err)
-		return exitFailure
-	}
-	if err := writeStatsTable(stdout, samples); err != nil {
+	if err := printStats(ctx, stdout, addr, o.json); err != nil {
 		fmt.Fprintf(stderr, "flybus stats: %v\n", err)
 		return exitFailure
 	}
 	return exitOK
+}
+
+// printStats prints the router-wide figures of /metrics, or with asJSON
+// the whole /details snapshot.
+func printStats(ctx context.Context, w io.Writer, addr string, asJSON bool) error {
+	if asJSON {
+		d, err := fetchDetails(ctx, addr)
+		if err != nil {
+			return err
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(d)
+	}
+	samples, err := fetchMetrics(ctx, "http://"+addr+"/metrics")
+	if err != nil {
+		return err
+	}
+	return writeStatsTable(w, samples)
+}
+
+// metricsFlag defines --metrics, the endpoint of stats and top.
+func metricsFlag(set *flag.FlagSet, metrics *string) {
+	set.StringVar(metrics, "metrics", "", "the router's metrics `ADDR`, as given to serve --metrics: PORT, HOST:PORT or\nhttp://HOST:PORT (required)")
 }
 
 // metricsCommand parses the flags of a command that reads a router's
@@ -103,19 +108,12 @@ func metricsCommand(c *command, set *flag.FlagSet, metrics *string, args []strin
 func fetchDetails(ctx context.Context, addr string) (router.Details, error) {
 	var d router.Details
 	url := "http://" + addr + "/details"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	body, err := httpGet(ctx, url, " (a router older than this flybus has no /details)")
 	if err != nil {
 		return d, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return d, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return d, fmt.Errorf("GET %s: %s (a router older than this flybus has no /details)", url, resp.Status)
-	}
-	dec := json.NewDecoder(resp.Body)
+	defer body.Close()
+	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&d); err != nil {
 		return d, fmt.Errorf("GET %s: %v", url, err)
@@ -124,6 +122,17 @@ func fetchDetails(ctx context.Context, addr string) (router.Details, error) {
 }
 
 func fetchMetrics(ctx context.Context, url string) ([]parsedSample, error) {
+	body, err := httpGet(ctx, url, "")
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	return parseMetricsText(body)
+}
+
+// httpGet returns the body of a GET of url; any status but 200 is an
+// error, hint added to it.
+func httpGet(ctx context.Context, url, hint string) (io.ReadCloser, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
@@ -132,11 +141,11 @@ func fetchMetrics(ctx context.Context, url string) ([]parsedSample, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+		resp.Body.Close()
+		return nil, fmt.Errorf("GET %s: %s%s", url, resp.Status, hint)
 	}
-	return parseMetricsText(resp.Body)
+	return resp.Body, nil
 }
 
 type label struct{ name, value string }

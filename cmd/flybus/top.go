@@ -34,7 +34,7 @@ type topOptions struct {
 
 func topFlags(o *topOptions) *flag.FlagSet {
 	set := newFlagSet("top")
-	set.StringVar(&o.metrics, "metrics", "", "the router's metrics `ADDR`, as given to serve --metrics: PORT, HOST:PORT or\nhttp://HOST:PORT (required)")
+	metricsFlag(set, &o.metrics)
 	set.BoolVar(&o.once, "once", false, "print one view (two snapshots an interval apart, for the rates) and exit")
 	durationVar(set, &o.interval, "interval", time.Second, "refresh every `D`; rates are over the last D")
 	set.IntVar(&o.rows, "rows", 20, "show at most `N` rows per table, busiest first")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -10,28 +9,12 @@ import (
 	"github.com/flybus/flybus/wire"
 )
 
-var versionCmd = &command{
-	name:    "version",
-	summary: "print this build's version, the wire version and the contract digest",
-	run:     runVersion,
-	usage: func() string {
-		return usageText("flybus version", "Print this build's version, the wire version it speaks and its contract digest\n(`flybus --version` is the same).",
-			newFlagSet("version"), "", walkExample("version"))
-	},
-}
-
-func runVersion(c *command, args []string, stdout, stderr io.Writer) int {
-	pos, code, ok := parse(c, newFlagSet("version"), args, stdout, stderr)
-	if !ok {
-		return code
-	}
-	if len(pos) > 0 {
-		return usageError(c, stderr, "unexpected argument "+pos[0])
-	}
-	bi, ok := debug.ReadBuildInfo()
-	fmt.Fprint(stdout, versionText(bi, ok))
-	return exitOK
-}
+var versionCmd = printCommand("version", "print this build's version, the wire version and the contract digest",
+	"Print this build's version, the wire version it speaks and its contract digest\n(`flybus --version` is the same).",
+	func() string {
+		bi, ok := debug.ReadBuildInfo()
+		return versionText(bi, ok)
+	})
 
 // versionText renders the build information: the module version the go
 // command stamped (a tag, or a pseudo-version from the commit), else

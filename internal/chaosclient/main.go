@@ -317,20 +317,9 @@ func (p *proc) serve(slot int) error {
 		if err := req.Decode(&pl); err != nil {
 			return fmt.Errorf("request payload: %w", err)
 		}
-		in, err := req.Artifact("in")
-		if err != nil {
-			return fmt.Errorf("request attachment: %w", err)
-		}
-		v, err := in.View(p.ctx)
-		in.Close()
-		if err != nil {
-			return fmt.Errorf("request view: %w", err)
-		}
-		p.check("a request's artifact", v.Bytes(), pl)
-		if err := p.phase("serving"); err != nil {
+		if err := p.checkAttachment("request", req.Artifact, "in", pl, "serving"); err != nil {
 			return err
 		}
-		v.Close()
 		if p.rng.IntN(2) == 0 {
 			_, err = req.Reply(p.ctx, payload{})
 		} else {
@@ -347,6 +336,27 @@ func (p *proc) serve(slot int) error {
 		}
 		req.Close()
 	}
+}
+
+// checkAttachment views the attachment name of a request or result
+// (kind), checks its bytes against pl and announces phase while it still
+// holds the view, so that a kill can land there.
+func (p *proc) checkAttachment(kind string, attachment func(string) (*client.Artifact, error), name string, pl payload, phase string) error {
+	a, err := attachment(name)
+	if err != nil {
+		return fmt.Errorf("%s attachment: %w", kind, err)
+	}
+	v, err := a.View(p.ctx)
+	a.Close()
+	if err != nil {
+		return fmt.Errorf("%s view: %w", kind, err)
+	}
+	p.check("a "+kind+"'s artifact", v.Bytes(), pl)
+	if err := p.phase(phase); err != nil {
+		return err
+	}
+	v.Close()
+	return nil
 }
 
 func (p *proc) call() error {
@@ -380,20 +390,9 @@ func (p *proc) call() error {
 			return fmt.Errorf("result outcome: %w", err)
 		}
 		if back.Size > 0 {
-			out, err := res.Artifact("out")
-			if err != nil {
-				return fmt.Errorf("result attachment: %w", err)
-			}
-			v, err := out.View(p.ctx)
-			out.Close()
-			if err != nil {
-				return fmt.Errorf("result view: %w", err)
-			}
-			p.check("a result's artifact", v.Bytes(), back)
-			if err := p.phase("result"); err != nil {
+			if err := p.checkAttachment("result", res.Artifact, "out", back, "result"); err != nil {
 				return err
 			}
-			v.Close()
 		}
 		res.Close()
 	}

@@ -1,6 +1,7 @@
 // Package term holds the two terminal facts the command-line tools need:
 // whether an output is a terminal (to redraw in place or print plain
-// lines), and raw input (to read single keys) with a way back.
+// lines), and raw input (to read single keys) with a way back; and, for
+// their tests, a pseudo-terminal to try them on.
 package term
 
 import (

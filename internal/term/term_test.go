@@ -2,7 +2,6 @@ package term
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"testing"
 
@@ -27,22 +26,11 @@ func TestFilesAndBuffersAreNotTerminals(t *testing.T) {
 // A pseudo-terminal is a terminal, and Raw turns off line editing and
 // echo on it, then puts them back.
 func TestRawOnAPseudoTerminal(t *testing.T) {
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	m, pts, err := OpenPTY()
 	if err != nil {
-		t.Skipf("no pseudo-terminals: %v", err)
+		t.Skip(err)
 	}
 	defer m.Close()
-	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Skipf("unlockpt: %v", err)
-	}
-	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Skipf("ptsname: %v", err)
-	}
-	pts, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Skipf("open pts: %v", err)
-	}
 	defer pts.Close()
 	if !IsTerminal(pts) {
 		t.Fatal("a pseudo-terminal not taken for a terminal")
