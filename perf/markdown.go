@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/flybus/flybus/router"
 )
 
 // Row keys shared by the report and the Rust reference.
@@ -44,6 +46,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	r.writeFigures(&b)
 	r.writeTargets(&b)
 	r.writeSubscriptions(&b)
+	r.writeLatencies(&b)
 	r.writeIsolation(&b)
 	r.writeErrors(&b)
 	_, err := io.WriteString(w, b.String())
@@ -341,6 +344,34 @@ func (r *Report) writeSubscriptions(b *strings.Builder) {
 		}
 	}
 	b.WriteString("\n")
+}
+
+// writeLatencies shows the router's own timing of each schedule: the
+// admission of commands and the wait of frames on their lanes, as bucket
+// bounds (the router's buckets double from 1 µs).
+func (r *Report) writeLatencies(b *strings.Builder) {
+	found := false
+	for _, s := range r.Schedules {
+		found = found || s.Latencies != nil
+	}
+	if !found {
+		return
+	}
+	b.WriteString("## The router's own timing (router.Latencies, bucket upper bounds)\n\n" +
+		"| schedule | admission p50 / p99 / max (commands) | lane wait p50 / p99 / max (batches) |\n| --- | --- | --- |\n")
+	for _, s := range r.Schedules {
+		if l := s.Latencies; l != nil {
+			fmt.Fprintf(b, "| %s | %s | %s |\n", agentsName(s.Agents), histogramCell(l.Admission), histogramCell(l.LaneWait))
+		}
+	}
+	b.WriteString("\n")
+}
+
+func histogramCell(h router.Histogram) string {
+	if h.Count == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%v / %v / %v (%d)", h.Quantile(0.5), h.Quantile(0.99), h.Quantile(1), h.Count)
 }
 
 func (r *Report) writeErrors(b *strings.Builder) {

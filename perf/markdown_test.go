@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flybus/flybus/router"
 )
 
 func testReport(mode string, agents ...int) *Report {
@@ -180,4 +182,17 @@ func TestFormatting(t *testing.T) {
 	if got := cacheSize(48 << 10); got != "48 KiB" {
 		t.Errorf("cacheSize: %q", got)
 	}
+}
+
+// The router's own timing of a schedule is a table of bucket bounds.
+func TestMarkdownRouterTiming(t *testing.T) {
+	r := testReport("process", 1)
+	adm := router.Histogram{Count: 10, Buckets: make([]router.HistogramBucket, 22)}
+	for i := range adm.Buckets {
+		adm.Buckets[i].UpperBound = router.BucketBound(i)
+	}
+	adm.Buckets[3].Count, adm.Buckets[6].Count = 9, 1 // 9 at most 8 µs, one at most 64 µs
+	r.Schedules[0].Latencies = &router.Latencies{Admission: adm}
+	wantAll(t, render(t, r), "## The router's own timing (router.Latencies, bucket upper bounds)",
+		"| 1 agent | 8µs / 64µs / 64µs (10) | - |")
 }

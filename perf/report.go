@@ -154,8 +154,12 @@ type Schedule struct {
 	// Subscriptions is the router's operator snapshot of the schedule's
 	// subscriptions (router.Details) as the last frame was produced.
 	Subscriptions []router.SubscriptionDetail `json:"subscriptions,omitempty"`
-	Targets       []Target                    `json:"targets"`
-	Profile       string                      `json:"cpuProfile,omitempty"`
+	// Latencies is what the router timed of itself during the schedule:
+	// admission and lane wait (router.Latencies), from the first frame to
+	// the last.
+	Latencies *router.Latencies `json:"latencies,omitempty"`
+	Targets   []Target          `json:"targets"`
+	Profile   string            `json:"cpuProfile,omitempty"`
 
 	ErrorCount int      `json:"errorCount"`
 	Errors     []string `json:"errors,omitempty"` // the first few

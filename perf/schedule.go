@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/router"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -179,6 +180,7 @@ func (s *schedule) measure(ctx context.Context, planned int) {
 		s.errs.Add("stats before", err)
 	}
 	cons0 := s.consumerStats()
+	d0, d0Err := host.stats().details(ctx)
 	r0, rErr := host.cpu()
 	h0, hErr := SelfCPU()
 	start := time.Now()
@@ -208,6 +210,10 @@ func (s *schedule) measure(ctx context.Context, planned int) {
 	// The operator's view as the last frame went out, before the drain.
 	if d, err := host.stats().details(ctx); err == nil {
 		out.Subscriptions = d.Subscriptions
+		if d0Err == nil {
+			out.Latencies = &router.Latencies{Admission: d.Latencies.Admission.Since(d0.Latencies.Admission),
+				LaneWait: d.Latencies.LaneWait.Since(d0.Latencies.LaneWait)}
+		}
 	} else {
 		s.errs.Add("details", err)
 	}

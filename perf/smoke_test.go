@@ -169,6 +169,11 @@ func checkSmokeSchedule(t *testing.T, s *Schedule) {
 			t.Errorf("subscription %d in the router's snapshot: %+v (its consumer saw %d)", i+1, sd, s.Consumers[i].Seen)
 		}
 	}
+	// The router timed every command of the schedule (at least a publish
+	// and a seal per frame) and every batch it wrote.
+	if l := s.Latencies; l == nil || l.Admission.Count < 2*uint64(s.Frames) || l.LaneWait.Count == 0 {
+		t.Errorf("the router's timing of the schedule: %+v", s.Latencies)
+	}
 	if s.RouterCPU.Err != "" || s.HarnessCPU.Err != "" || s.Memory.Err != "" || s.Memory.After.RSS == 0 {
 		t.Errorf("CPU or memory not measured: %+v %+v %+v", s.RouterCPU, s.HarnessCPU, s.Memory)
 	}

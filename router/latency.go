@@ -1,6 +1,7 @@
 package router
 
 import (
+	"math"
 	"math/bits"
 	"slices"
 	"sync/atomic"
@@ -78,8 +79,7 @@ func (h Histogram) Quantile(q float64) time.Duration {
 	if h.Count == 0 {
 		return 0
 	}
-	rank := uint64(q * float64(h.Count))
-	rank = max(rank, 1)
+	rank := max(uint64(math.Ceil(q*float64(h.Count))), 1) // the smallest rank covering q of them
 	var seen uint64
 	for i, b := range h.Buckets {
 		seen += b.Count
