@@ -322,8 +322,11 @@ func (sh *shell) encode() (last bool) {
 // what the step returns is empty.
 func (sh *shell) pull() {
 	sh.frames = sh.r.core.step(input{kind: inPull, conn: sh.c, frames: sh.frames[:0]}).frames
-	if len(sh.frames) > 0 {
-		sh.pulledSince, sh.readySince = sh.readySince, time.Time{}
+	// A wake that readied nothing for this connection leaves a stamp that
+	// no frame carries: drop it, or the next frames would inherit it.
+	sh.pulledSince, sh.readySince = sh.readySince, time.Time{}
+	if len(sh.frames) == 0 {
+		sh.pulledSince = time.Time{}
 	}
 }
 

@@ -313,7 +313,7 @@ func BenchmarkMetricsScrape(b *testing.B) {
 			d.Services = append(d.Services, router.ServiceDetail{Name: "svc" + strconv.Itoa(i), Calls: 1e5})
 		}
 	}
-	reg := prometheus.NewPedanticRegistry()
+	reg := prometheus.NewRegistry()
 	reg.MustRegister(testCollector(filledStats(), d, defaultLabelCap))
 	h := registryHandler(reg, nil)
 	req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
