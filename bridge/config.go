@@ -299,11 +299,8 @@ func (c *Config) Validate() error {
 }
 
 func parseRetention(s string) (wire.Retention, error) {
-	switch s {
-	case "none":
-		return wire.RetainNone, nil
-	case "latest":
-		return wire.RetainLatest, nil
+	if r, ok := wire.ParseRetention(s); ok {
+		return r, nil
 	}
 	return 0, fmt.Errorf("%q: want \"none\" or \"latest\"", s)
 }

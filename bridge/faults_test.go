@@ -236,16 +236,7 @@ func TestStoppedBridgeLeavesNothing(t *testing.T) {
 // The stream lives through a NATS restart: frames stored before and after
 // it are answered from history.
 func TestNATSRestartKeepsHistory(t *testing.T) {
-	n := startNATS(t, 64<<10)
-	a := newHost(t, "a")
-	prod := a.connect("producer")
-	if _, err := prod.DeclareTopic(ctxT(t), "cam.frames", 1); err != nil {
-		t.Fatal(err)
-	}
-	ca := bridgeConfig(a, n, "bridge-a")
-	ca.Exports = []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "bounded", Stream: &StreamConfig{Name: "CAM"}}}
-	ca.History = &HistoryConfig{Service: "bridge.history"}
-	ba := startBridge(t, ca, Options{})
+	n, a, prod, ba := historyExport(t, &StreamConfig{Name: "CAM"})
 	stored := func() uint64 { return ba.b.Stats().Exports["cam.frames"].StoredAcked }
 	for i := uint64(1); i <= 2; i++ {
 		publishFrame(t, prod, "cam.frames", i, frameSizes)

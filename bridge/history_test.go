@@ -55,9 +55,11 @@ func call(t *testing.T, c *client.Client, method string, in, out any) *client.Re
 }
 
 // An export stored in a stream with limits: the local history service
-// answers History.Get and History.Range with frames sealed from the
-// stream, artifacts attached, and reports what the limits let go.
-func TestHistoryFromJetStream(t *testing.T) {
+// historyExport starts NATS and host a, whose producer declares
+// cam.frames, and a bridge exporting it (bounded) into stream, with the
+// history service bridge.history.
+func historyExport(t *testing.T, stream *StreamConfig) (*natsHarness, *host, *client.Client, *running) {
+	t.Helper()
 	n := startNATS(t, 64<<10)
 	a := newHost(t, "a")
 	prod := a.connect("producer")
@@ -65,11 +67,16 @@ func TestHistoryFromJetStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	ca := bridgeConfig(a, n, "bridge-a")
-	// Room for about three frames: the oldest go first.
-	ca.Exports = []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "bounded",
-		Stream: &StreamConfig{Name: "CAM", MaxAge: Duration(time.Hour), MaxBytes: 4_000_000}}}
+	ca.Exports = []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "bounded", Stream: stream}}
 	ca.History = &HistoryConfig{Service: "bridge.history"}
-	ba := startBridge(t, ca, Options{})
+	return n, a, prod, startBridge(t, ca, Options{})
+}
+
+// answers History.Get and History.Range with frames sealed from the
+// stream, artifacts attached, and reports what the limits let go.
+func TestHistoryFromJetStream(t *testing.T) {
+	// Room for about three frames: the oldest go first.
+	n, a, prod, ba := historyExport(t, &StreamConfig{Name: "CAM", MaxAge: Duration(time.Hour), MaxBytes: 4_000_000})
 	const frames = 6
 	for i := uint64(1); i <= frames; i++ {
 		publishFrame(t, prod, "cam.frames", i, frameSizes)

@@ -220,16 +220,8 @@ func TestRatesBetweenSnapshots(t *testing.T) {
 func TestLatenciesTimeAdmissionAndLaneWait(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		pub := h.dial("lat-pub")
-		mustDeclare(t, pub, "lat", wire.RetainNone)
-		r := newRaw(t, h.conn(""))
-		r.hello("lat-slow")
+		pub, r := h.rawBoundedSubscriber("lat-pub", "lat-slow", "lat")
 		l := wire.DefaultLimits()
-		r.command(wire.OpSubscribe, &wire.Subscribe{Topic: "lat", Mode: wire.ModeBounded,
-			MaxQueued: uint32(l.MaxBoundedQueued), MaxInFlight: uint32(l.MaxBoundedInFlight)})
-		if be := r.reply(&wire.SubscribeOK{}); be != nil {
-			t.Fatal(be)
-		}
 		admitted := h.r.Latencies().Admission.Count
 		if admitted < 4 { // two hellos, a declare, a subscribe
 			t.Fatalf("%d commands timed, want at least 4", admitted)

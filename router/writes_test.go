@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/flybus/flybus/client"
 	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
 )
@@ -19,16 +20,8 @@ import (
 func TestStalledSubscriberIsWrittenByItsOwnWriter(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := context.Background()
-		pub := h.dial("pub")
-		mustDeclare(t, pub, "big", wire.RetainNone)
-		r := newRaw(t, h.conn(""))
-		r.hello("stalled")
+		pub, r := h.rawBoundedSubscriber("pub", "stalled", "big")
 		l := wire.DefaultLimits()
-		r.command(wire.OpSubscribe, &wire.Subscribe{Topic: "big", Mode: wire.ModeBounded,
-			MaxQueued: uint32(l.MaxBoundedQueued), MaxInFlight: uint32(l.MaxBoundedInFlight)})
-		if be := r.reply(&wire.SubscribeOK{}); be != nil {
-			t.Fatal(be)
-		}
 		// In-flight deliveries of about 60 KB each: more than either
 		// transport buffers, so the writes cannot all complete at once.
 		n := l.MaxBoundedInFlight
@@ -67,6 +60,21 @@ func TestStalledSubscriberIsWrittenByItsOwnWriter(t *testing.T) {
 			t.Fatal("no step wrote its frames itself")
 		}
 	})
+}
+
+// rawBoundedSubscriber dials a publisher that declares topic and a raw
+// subscriber to it, bounded with the router's largest queue and in-flight
+// window: a subscriber that can leave its socket unread.
+func (h *harness) rawBoundedSubscriber(pubID, subID, topic string) (*client.Client, *raw) {
+	h.t.Helper()
+	pub := h.dial(pubID)
+	mustDeclare(h.t, pub, topic, wire.RetainNone)
+	r := newRaw(h.t, h.conn(""))
+	r.hello(subID)
+	l := wire.DefaultLimits()
+	rawOK(h.t, r, wire.OpSubscribe, &wire.Subscribe{Topic: topic, Mode: wire.ModeBounded,
+		MaxQueued: uint32(l.MaxBoundedQueued), MaxInFlight: uint32(l.MaxBoundedInFlight)}, &wire.SubscribeOK{})
+	return pub, r
 }
 
 // A seal and the publish that attaches its artifact, written back to back

@@ -89,6 +89,17 @@ func (r Retention) String() string   { return enumString(retentionNames[:], uint
 func (m Mode) String() string        { return enumString(modeNames[:], uint8(m), "Mode") }
 func (c CancelState) String() string { return enumString(cancelNames[:], uint8(c), "CancelState") }
 
+// ParseRetention reads a retention by its wire spelling ("none" or
+// "latest"), as flags and config files give it.
+func ParseRetention(s string) (Retention, bool) {
+	for i, n := range retentionNames {
+		if i != 0 && n == s {
+			return Retention(i), true
+		}
+	}
+	return 0, false
+}
+
 // enumString is v's wire spelling, or Type(v) for a value out of range.
 func enumString(names []string, v uint8, typ string) string {
 	if v != 0 && int(v) < len(names) {

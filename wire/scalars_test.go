@@ -414,3 +414,16 @@ func TestOptString(t *testing.T) {
 		t.Errorf("empty Opt = %q", s)
 	}
 }
+
+func TestParseRetention(t *testing.T) {
+	for _, s := range []string{"none", "latest"} {
+		if r, ok := ParseRetention(s); !ok || r.String() != s {
+			t.Errorf("ParseRetention(%q) = %v, %v", s, r, ok)
+		}
+	}
+	for _, s := range []string{"", "Latest", "bounded", "Retention(0)"} {
+		if r, ok := ParseRetention(s); ok {
+			t.Errorf("ParseRetention(%q) = %v, want refused", s, r)
+		}
+	}
+}

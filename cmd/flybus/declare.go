@@ -45,16 +45,6 @@ incarnation and exits 0; a refusal prints CODE: message to stderr and exits 1.
 		walkExample("declare"))
 }
 
-// retention maps the --retained flag; false for anything else.
-func retention(s string) (wire.Retention, bool) {
-	switch s {
-	case "none":
-		return wire.RetainNone, true
-	case "latest":
-		return wire.RetainLatest, true
-	}
-	return 0, false
-}
 
 // declarePlan is a checked declare command line.
 type declarePlan struct {
@@ -72,7 +62,7 @@ func (o *declareOptions) plan(pos []string) (*declarePlan, error) {
 		return nil, err
 	}
 	var ok bool
-	if p.retained, ok = retention(o.retained); !ok {
+	if p.retained, ok = wire.ParseRetention(o.retained); !ok {
 		return nil, fmt.Errorf("--retained is latest or none, not %q", o.retained)
 	}
 	if msg := checkClientFlags(o.client, o.timeout); msg != "" {

@@ -30,11 +30,6 @@ func TestDeclareRefusesBeforeConnecting(t *testing.T) {
 			}
 		})
 	}
-	for _, s := range []string{"none", "latest"} {
-		if r, ok := retention(s); !ok || r.String() != s {
-			t.Errorf("retention(%q) = %v, %v", s, r, ok)
-		}
-	}
 }
 
 func TestDeclareCommand(t *testing.T) {
