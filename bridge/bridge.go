@@ -41,6 +41,7 @@ type Bridge struct {
 	next atomic.Uint64
 
 	nc      *nats.Conn
+	connErr atomic.Pointer[error] // the last failed connect's reason, for the closing error
 	js      jetstream.JetStream
 	streams map[string]jetstream.Stream // by exported topic
 
@@ -123,6 +124,10 @@ func (b *Bridge) natsOptions() ([]nats.Option, error) {
 		nats.DisconnectErrHandler(func(*nats.Conn, error) { b.disconnects.Add(1); b.setConnected(false) }),
 		nats.ReconnectHandler(func(*nats.Conn) { b.reconnects.Add(1); b.setConnected(true) }),
 		nats.ConnectHandler(func(*nats.Conn) { b.setConnected(true) }),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			b.connErr.Store(&err)
+			b.log.Warn("nats: connecting failed", "err", err)
+		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			if errors.Is(err, nats.ErrSlowConsumer) {
 				return // counted per import from the subscription's Dropped
@@ -194,12 +199,30 @@ func (b *Bridge) waitConnected(ctx context.Context) error {
 
 // Run connects to NATS and to the local router and bridges until ctx ends;
 // then it closes everything it opened. It returns nil after ctx ends, or
-// an error that stopped it from starting.
-func (b *Bridge) Run(ctx context.Context) error {
+// the error that stopped it: one that kept it from starting, or the NATS
+// connection closing for good (nats.maxReconnects exhausted; a first
+// connect that fails is retried like a reconnect, each failure logged).
+func (b *Bridge) Run(parent context.Context) (err error) {
 	opts, err := b.natsOptions()
 	if err != nil {
 		return err
 	}
+	// A NATS connection that closes for good (its reconnects exhausted)
+	// ends the bridge with the reason; ctx is the bridge's life.
+	ctx, end := context.WithCancelCause(parent)
+	defer func() {
+		if parent.Err() == nil && err == nil {
+			err = context.Cause(ctx)
+		}
+		end(nil)
+	}()
+	opts = append(opts, nats.ClosedHandler(func(nc *nats.Conn) {
+		why := nc.LastError()
+		if e := b.connErr.Load(); e != nil {
+			why = *e // the TLS or authorization failure, where LastError only says no server was reached
+		}
+		end(fmt.Errorf("nats: the connection closed and will not be retried (last error: %v)", why))
+	}))
 	nc, err := nats.Connect(joinURLs(b.cfg.NATS.URLs), opts...)
 	if err != nil {
 		return fmt.Errorf("nats: %w", err)

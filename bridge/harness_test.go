@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -133,7 +134,8 @@ type natsHarness struct {
 	dir        string
 	port       int
 	maxPayload int32
-	maxStore   int64 // JetStream's file store limit (0: the server's default)
+	maxStore   int64       // JetStream's file store limit (0: the server's default)
+	tls        *tls.Config // set: clients must speak TLS (and show a certificate when it asks for one)
 	s          *server.Server
 }
 
@@ -148,7 +150,9 @@ func startNATS(t testing.TB, maxPayload int32) *natsHarness {
 func (n *natsHarness) start() {
 	n.t.Helper()
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: n.port, MaxPayload: n.maxPayload,
-		JetStream: true, StoreDir: n.dir, JetStreamMaxStore: n.maxStore, NoLog: true, NoSigs: true})
+		JetStream: true, StoreDir: n.dir, JetStreamMaxStore: n.maxStore, NoLog: true, NoSigs: true,
+		TLS: n.tls != nil, TLSConfig: n.tls, TLSVerify: n.tls != nil && n.tls.ClientAuth == tls.RequireAndVerifyClientCert,
+		TLSTimeout: 5})
 	if err != nil {
 		n.t.Fatal(err)
 	}
