@@ -98,6 +98,7 @@ const defaultLabelCap = 100
 type entityMetric[T any] struct {
 	desc    *prometheus.Desc
 	counter bool
+	longest bool // entities sharing a series give their largest value, not their sum
 	value   func(*T) float64
 }
 
@@ -141,8 +142,13 @@ var subMetrics = []entityMetric[router.SubscriptionDetail]{
 		func(s *router.SubscriptionDetail) float64 { return float64(s.Coalesced) }),
 	entity("subscription_refused_publications_total", "Publications refused BACKPRESSURE because this subscription was full.", subLabels, true,
 		func(s *router.SubscriptionDetail) float64 { return float64(s.RefusedPublications) }),
-	entity("subscription_oldest_queued_age_seconds", "How long the oldest queued message has waited (the longest, summed over (other)).", subLabels, false,
-		func(s *router.SubscriptionDetail) float64 { return s.OldestQueuedAge.Seconds() }),
+	longest(entity("subscription_oldest_queued_age_seconds", "How long the oldest queued message has waited (under (other): the longest wait).", subLabels, false,
+		func(s *router.SubscriptionDetail) float64 { return s.OldestQueuedAge.Seconds() })),
+}
+
+func longest[T any](m entityMetric[T]) entityMetric[T] {
+	m.longest = true
+	return m
 }
 
 var svcMetrics = []entityMetric[router.ServiceDetail]{
@@ -283,7 +289,8 @@ func capped[T any](list []T, limit int, key func(*T) string) labelSet {
 	return l
 }
 
-// collectEntities sums each family's values by label set (two connections
+// collectEntities sums (or, for a longest metric, takes the largest of)
+// each family's values by label set (two connections
 // of one client id share a series, and so does everything past the cap)
 // and emits one sample per set, in the list's order.
 func collectEntities[T any](ch chan<- prometheus.Metric, ms []entityMetric[T], list []T, labels func(*T) []string) {
@@ -303,7 +310,11 @@ func collectEntities[T any](ch chan<- prometheus.Metric, ms []entityMetric[T], l
 			order = append(order, sr)
 		}
 		for j, m := range ms {
-			sr.sums[j] += m.value(&list[i])
+			if v := m.value(&list[i]); m.longest {
+				sr.sums[j] = max(sr.sums[j], v)
+			} else {
+				sr.sums[j] += v
+			}
 		}
 	}
 	for j, m := range ms {
