@@ -45,7 +45,6 @@ incarnation and exits 0; a refusal prints CODE: message to stderr and exits 1.
 		walkExample("declare"))
 }
 
-
 // declarePlan is a checked declare command line.
 type declarePlan struct {
 	socket, topic string
