@@ -38,7 +38,7 @@ type shell struct {
 	spent   [][]byte // control bodies encoded since the last pull, handed back at the next
 
 	// Lane wait: readySince (guarded by r.mu) is when the oldest step whose
-	// frames are not yet pulled began; a pull moves it to pulledSince,
+	// frames are not yet pulled began; a pull copies it to pulledSince,
 	// which the token's holder reads when the batch's write begins.
 	readySince, pulledSince time.Time
 
@@ -322,10 +322,15 @@ func (sh *shell) encode() (last bool) {
 // what the step returns is empty.
 func (sh *shell) pull() {
 	sh.frames = sh.r.core.step(input{kind: inPull, conn: sh.c, frames: sh.frames[:0]}).frames
-	// A wake that readied nothing for this connection leaves a stamp that
-	// no frame carries: drop it, or the next frames would inherit it.
-	sh.pulledSince, sh.readySince = sh.readySince, time.Time{}
+	sh.pulledSince = sh.readySince
+	if len(sh.frames) < cap(sh.frames) {
+		// The lanes are empty: the next frames carry the stamp of the step
+		// that readies them. (A full batch may leave frames behind; they
+		// keep the stamp, the oldest they can have.)
+		sh.readySince = time.Time{}
+	}
 	if len(sh.frames) == 0 {
+		// A wake that readied nothing for this connection.
 		sh.pulledSince = time.Time{}
 	}
 }
