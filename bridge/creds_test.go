@@ -4,16 +4,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
-
-	"github.com/flybus/flybus/client"
-	"github.com/flybus/flybus/wire"
 )
 
 // userCreds signs an operator, an account and a user, as nsc would, and
@@ -76,36 +72,6 @@ func TestCredentialsFile(t *testing.T) {
 	}
 	n := &natsHarness{t: t, port: s.Addr().(*net.TCPAddr).Port} // for bridgeConfig's URL only
 
-	a, b := newHost(t, "a"), newHost(t, "b")
-	prod := a.connect("producer")
-	if _, err := prod.DeclareTopic(ctxT(t), "cam.frames", wire.RetainNone); err != nil {
-		t.Fatal(err)
-	}
-	cb := bridgeConfig(b, n, "bridge-b")
-	cb.NATS.Credentials = creds
-	cb.Imports = []ImportConfig{{Subject: "site.cam", Topic: "cam.frames"}}
-	startBridge(t, cb, Options{})
-	ca := bridgeConfig(a, n, "bridge-a")
-	ca.NATS.Credentials = creds
-	ca.Exports = []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "bounded"}}
-	startBridge(t, ca, Options{})
-	waitFor(t, "the import's topic", func() bool { return b.r.Stats().Topics == 1 })
-	sub, err := b.connect("consumer").Subscribe(ctxT(t), "cam.frames", client.Bounded())
-	if err != nil {
-		t.Fatal(err)
-	}
-	publishFrame(t, prod, "cam.frames", 1, frameSizes)
-	expectFrame(t, sub, 1)
-
-	c := bridgeConfig(a, n, "bridge-c")
-	c.Exports = []ExportConfig{{Topic: "cam.frames", Subject: "site.other", Mode: "bounded"}}
-	none := 0
-	c.NATS.MaxReconnects = &none
-	br, err := New(c, Options{Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := br.Run(ctxT(t)); err == nil || !strings.HasPrefix(err.Error(), "nats:") || !strings.Contains(strings.ToLower(err.Error()), "authorization") {
-		t.Errorf("without credentials: Run returned %v, want the NATS connection's authorization failure", err)
-	}
+	a := crossesWith(t, n, func(c *NATSConfig) { c.Credentials = creds })
+	refusedWith(t, a, n, func(*NATSConfig) {}, "authorization")
 }

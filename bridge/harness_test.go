@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"testing"
 	"time"
@@ -405,3 +406,55 @@ func jsonRaw(v any) (wire.RawJSON, error) {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// crossesWith runs one frame from host a across NATS server n to host b,
+// digests checked, through bridges whose NATS settings secure sets (TLS,
+// credentials). It returns host a, for bridges expected to fail.
+func crossesWith(t *testing.T, n *natsHarness, secure func(*NATSConfig)) *host {
+	t.Helper()
+	a, b := newHost(t, "a"), newHost(t, "b")
+	prod := a.connect("producer")
+	if _, err := prod.DeclareTopic(ctxT(t), "cam.frames", wire.RetainNone); err != nil {
+		t.Fatal(err)
+	}
+	cb := bridgeConfig(b, n, "bridge-b")
+	secure(&cb.NATS)
+	cb.Imports = []ImportConfig{{Subject: "site.cam", Topic: "cam.frames"}}
+	startBridge(t, cb, Options{})
+	ca := bridgeConfig(a, n, "bridge-a")
+	secure(&ca.NATS)
+	ca.Exports = []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "bounded"}}
+	startBridge(t, ca, Options{})
+	waitFor(t, "the import's topic", func() bool { return b.r.Stats().Topics == 1 })
+	sub, err := b.connect("consumer").Subscribe(ctxT(t), "cam.frames", client.Bounded())
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishFrame(t, prod, "cam.frames", 1, frameSizes)
+	expectFrame(t, sub, 1)
+	return a
+}
+
+// refusedWith starts a bridge of host a whose NATS settings secure sets,
+// with no reconnects, and requires Run to end with the NATS connection's
+// failure naming one of why.
+func refusedWith(t *testing.T, a *host, n *natsHarness, secure func(*NATSConfig), why ...string) {
+	t.Helper()
+	c := bridgeConfig(a, n, "bridge-c")
+	c.Exports = []ExportConfig{{Topic: "cam.frames", Subject: "site.other", Mode: "bounded"}}
+	secure(&c.NATS)
+	none := 0
+	c.NATS.MaxReconnects = &none
+	br, err := New(c, Options{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = br.Run(ctxT(t))
+	said := false
+	for _, w := range why {
+		said = said || err != nil && strings.Contains(strings.ToLower(err.Error()), w)
+	}
+	if !said || !strings.HasPrefix(err.Error(), "nats:") {
+		t.Errorf("Run returned %v, want the NATS connection's failure saying one of %q", err, why)
+	}
+}

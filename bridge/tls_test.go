@@ -12,12 +12,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/flybus/flybus/client"
-	"github.com/flybus/flybus/wire"
 )
 
 // testPKI is a CA and the certificates it signed, as PEM files.
@@ -102,55 +98,16 @@ func TestMutualTLS(t *testing.T) {
 	n.start()
 	t.Cleanup(n.stop)
 
-	a, b := newHost(t, "a"), newHost(t, "b")
-	prod := a.connect("producer")
-	if _, err := prod.DeclareTopic(ctxT(t), "cam.frames", wire.RetainNone); err != nil {
-		t.Fatal(err)
-	}
-	secure := func(c *Config) *Config {
-		c.NATS.TLS = &TLSConfig{CA: pki.caFile, Cert: cliCert, Key: cliKey}
-		return c
-	}
-	cb := secure(bridgeConfig(b, n, "bridge-b"))
-	cb.Imports = []ImportConfig{{Subject: "site.cam", Topic: "cam.frames"}}
-	startBridge(t, cb, Options{})
-	ca := secure(bridgeConfig(a, n, "bridge-a"))
-	ca.Exports = []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "bounded"}}
-	startBridge(t, ca, Options{})
-	waitFor(t, "the import's topic", func() bool { return b.r.Stats().Topics == 1 })
-	sub, err := b.connect("consumer").Subscribe(ctxT(t), "cam.frames", client.Bounded())
-	if err != nil {
-		t.Fatal(err)
-	}
-	publishFrame(t, prod, "cam.frames", 1, frameSizes)
-	expectFrame(t, sub, 1)
-
+	a := crossesWith(t, n, func(c *NATSConfig) { c.TLS = &TLSConfig{CA: pki.caFile, Cert: cliCert, Key: cliKey} })
 	other := newPKI(t) // a CA that signed neither the server nor the bridge
-	for _, tc := range []struct {
-		name string
-		why  []string // TLS 1.3 refuses a missing client certificate after the handshake: either reason may arrive
-		cfg  *TLSConfig
-	}{
-		{"no client certificate", []string{"certificate required", "closed by remote after TLS handshake"}, &TLSConfig{CA: pki.caFile}},
-		{"another CA", []string{"certificate signed by unknown authority"}, &TLSConfig{CA: other.caFile, Cert: cliCert, Key: cliKey}},
-	} {
-		name, cfg := tc.name, tc.cfg
-		c := bridgeConfig(a, n, "bridge-c")
-		c.Exports = []ExportConfig{{Topic: "cam.frames", Subject: "site.other", Mode: "bounded"}}
-		c.NATS.TLS = cfg
-		none := 0
-		c.NATS.MaxReconnects = &none
-		br, err := New(c, Options{Logger: quiet()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = br.Run(ctxT(t))
-		said := false
-		for _, w := range tc.why {
-			said = said || err != nil && strings.Contains(err.Error(), w)
-		}
-		if !said || !strings.HasPrefix(err.Error(), "nats:") {
-			t.Errorf("%s: Run returned %v, want the NATS connection's failure saying one of %q", name, err, tc.why)
-		}
-	}
+	t.Run("no client certificate", func(t *testing.T) {
+		// TLS 1.3 refuses a missing client certificate after the
+		// handshake: either reason may arrive.
+		refusedWith(t, a, n, func(c *NATSConfig) { c.TLS = &TLSConfig{CA: pki.caFile} },
+			"certificate required", "closed by remote after tls handshake")
+	})
+	t.Run("another CA", func(t *testing.T) {
+		refusedWith(t, a, n, func(c *NATSConfig) { c.TLS = &TLSConfig{CA: other.caFile, Cert: cliCert, Key: cliKey} },
+			"certificate signed by unknown authority")
+	})
 }
