@@ -1,17 +1,15 @@
 package perf
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
 
+	"github.com/flybus/flybus/internal/scrape"
 	"github.com/flybus/flybus/router"
 )
 
@@ -69,24 +67,11 @@ type metricsStats struct {
 }
 
 func (m metricsStats) sample(ctx context.Context) (routerSample, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.url, nil)
+	samples, err := scrape.Metrics(ctx, m.client, m.url)
 	if err != nil {
 		return routerSample{}, err
 	}
-	resp, err := m.client.Do(req)
-	if err != nil {
-		return routerSample{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		io.Copy(io.Discard, resp.Body)
-		return routerSample{}, fmt.Errorf("GET %s: %s", m.url, resp.Status)
-	}
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return routerSample{}, err
-	}
-	values, err := parseMetrics(body)
+	values, err := seriesValues(samples)
 	if err != nil {
 		return routerSample{}, fmt.Errorf("GET %s: %w", m.url, err)
 	}
@@ -94,38 +79,25 @@ func (m metricsStats) sample(ctx context.Context) (routerSample, error) {
 }
 
 // parseMetrics reads the Prometheus text exposition format into a map
-// from the series (name plus its label set as written) to its value;
-// comments and blank lines are skipped.
+// from the series (name plus its label set as written) to its value.
 func parseMetrics(b []byte) (map[string]float64, error) {
-	out := map[string]float64{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		// The value follows the series; label values are quoted and may
-		// hold spaces, so split after the closing brace when there is one.
-		split := strings.LastIndexByte(line, '}') + 1
-		if split == 0 {
-			split = strings.IndexByte(line, ' ')
-			if split < 0 {
-				return nil, fmt.Errorf("metrics line %d has no value: %q", n, line)
-			}
-		}
-		series := line[:split]
-		f := strings.Fields(line[split:])
-		if len(f) == 0 || len(f) > 2 { // value [timestamp]
-			return nil, fmt.Errorf("metrics line %d: %q", n, line)
-		}
-		v, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %d: %w", n, err)
-		}
-		out[series] = v
+	samples, err := scrape.Parse(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
 	}
-	return out, sc.Err()
+	return seriesValues(samples)
+}
+
+func seriesValues(samples []scrape.Sample) (map[string]float64, error) {
+	out := make(map[string]float64, len(samples))
+	for _, s := range samples {
+		v, err := strconv.ParseFloat(s.Value, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s.Series(), err)
+		}
+		out[s.Series()] = v
+	}
+	return out, nil
 }
 
 // sampleFromMetrics picks the harness's figures out of parsed metrics,
@@ -164,21 +136,5 @@ func sampleFromMetrics(v map[string]float64) (routerSample, error) {
 
 // details reads /details, next to /metrics.
 func (m metricsStats) details(ctx context.Context) (router.Details, error) {
-	var d router.Details
-	url := strings.TrimSuffix(m.url, "/metrics") + "/details"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return d, err
-	}
-	resp, err := m.client.Do(req)
-	if err != nil {
-		return d, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		io.Copy(io.Discard, resp.Body)
-		return d, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	err = json.NewDecoder(resp.Body).Decode(&d)
-	return d, err
+	return scrape.Details(ctx, m.client, strings.TrimSuffix(m.url, "/metrics")+"/details")
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/flybus/flybus/internal/scrape"
 	"github.com/flybus/flybus/router"
 	"github.com/flybus/flybus/wire"
 )
@@ -229,7 +230,7 @@ func TestMetricsEndpointOfARouter(t *testing.T) {
 func TestStatsTable(t *testing.T) {
 	s := router.Stats{Connections: 3, CallsTotal: 12345, Refusals: map[string]uint64{"NO_SERVICE": 2, "CONFLICT": 1}}
 	d := router.Details{Topics: []router.TopicDetail{{Name: "frames", Publications: 4}}}
-	samples, err := parseMetricsText(strings.NewReader(render(t, testCollector(s, d, defaultLabelCap))))
+	samples, err := scrape.Parse(strings.NewReader(render(t, testCollector(s, d, defaultLabelCap))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,19 +280,6 @@ func TestStatsTable(t *testing.T) {
 	i := strings.Index(text, "refusals_total")
 	if !strings.Contains(text[i:], "  CONFLICT") || !strings.Contains(text[i:], "  NO_SERVICE") {
 		t.Errorf("codes should follow their total:\n%s", text)
-	}
-}
-
-func TestParseMetricsText(t *testing.T) {
-	samples, err := parseMetricsText(strings.NewReader("# HELP x y\nx_total{code=\"a\\\"b\\\\c\\nd\",k=\"v\"} 1 1700000000\n"))
-	if err != nil || len(samples) != 1 || samples[0].name != "x_total" || samples[0].labels[0].value != "a\"b\\c\nd" ||
-		samples[0].labels[1] != (label{"k", "v"}) || samples[0].value != "1" {
-		t.Fatalf("parsed %+v, %v", samples, err)
-	}
-	for _, doc := range []string{"novalue\n", `x{code="a} 1` + "\n", `x{code} 1` + "\n", `x{code="a"}` + "\n"} {
-		if s, err := parseMetricsText(strings.NewReader(doc)); err == nil {
-			t.Errorf("%q parsed as %+v", doc, s)
-		}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/internal/scrape"
 	"github.com/flybus/flybus/router"
 	"github.com/flybus/flybus/wire"
 )
@@ -57,17 +58,17 @@ func (b *busUnderTest) scrape(t *testing.T) map[string]string {
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain; version=0.0.4") {
 		t.Fatalf("/metrics: %s, Content-Type %q", resp.Status, resp.Header.Get("Content-Type"))
 	}
-	samples, err := parseMetricsText(resp.Body)
+	samples, err := scrape.Parse(resp.Body)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]string{}
 	for _, s := range samples {
-		key := s.name
-		for _, l := range s.labels {
-			key += "{" + l.name + "=" + l.value + "}"
+		key := s.Name
+		for _, l := range s.Labels {
+			key += "{" + l.Name + "=" + l.Value + "}"
 		}
-		out[key] = s.value
+		out[key] = s.Value
 	}
 	return out
 }
