@@ -218,10 +218,7 @@ func benchBridge(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer c.Close()
-		sub, err := c.Subscribe(ctxT(b), "cam.frames", client.Latest())
-		if err != nil {
-			b.Fatal(err)
-		}
+		sub := subscribe(b, c, "cam.frames", client.Latest())
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -20,7 +20,14 @@ type pair struct {
 
 func newPair(t *testing.T, maxPayload int32, exports []ExportConfig, imports []ImportConfig, optsB Options) *pair {
 	t.Helper()
-	p := &pair{n: startNATS(t, maxPayload), a: newHost(t, "a"), b: newHost(t, "b")}
+	return bridgePair(t, startNATS(t, maxPayload), exports, imports, optsB, nil)
+}
+
+// bridgePair is newPair through a NATS server of the test's own; edit, when
+// set, changes both bridges' configurations before they start.
+func bridgePair(t *testing.T, n *natsHarness, exports []ExportConfig, imports []ImportConfig, optsB Options, edit func(ca, cb *Config)) *pair {
+	t.Helper()
+	p := &pair{n: n, a: newHost(t, "a"), b: newHost(t, "b")}
 	p.prod = p.a.connect("producer")
 	for _, e := range exports {
 		if _, err := p.prod.DeclareTopic(ctxT(t), e.Topic, wire.RetainNone); err != nil {
@@ -31,6 +38,9 @@ func newPair(t *testing.T, maxPayload int32, exports []ExportConfig, imports []I
 	ca.Exports = exports
 	cb := bridgeConfig(p.b, p.n, "bridge-b")
 	cb.Imports = imports
+	if edit != nil {
+		edit(ca, cb)
+	}
 	// B first, so that its subscriptions stand before A sends anything.
 	p.bb = startBridge(t, cb, optsB)
 	p.ba = startBridge(t, ca, Options{})
@@ -55,39 +65,18 @@ func TestExportImportLatestAndBounded(t *testing.T) {
 					{Topic: "cam.bounded", Subject: "site.bounded", Mode: "bounded"}},
 				[]ImportConfig{{Subject: "site.latest", Topic: "b.latest"}, {Subject: "site.bounded", Topic: "b.bounded"}},
 				Options{})
-			ctx := ctxT(t)
-			bsub, err := p.cons.Subscribe(ctx, "b.bounded", client.Bounded())
-			if err != nil {
-				t.Fatal(err)
-			}
-			lsub, err := p.cons.Subscribe(ctx, "b.latest", client.Latest())
-			if err != nil {
-				t.Fatal(err)
-			}
+			bsub := subscribe(t, p.cons, "b.bounded", client.Bounded())
+			lsub := subscribe(t, p.cons, "b.latest", client.Latest())
 			const frames = 5
 			for n := uint64(1); n <= frames; n++ {
 				publishFrame(t, p.prod, "cam.bounded", n, frameSizes)
 			}
 			for n := uint64(1); n <= frames; n++ {
-				m, err := bsub.Next(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got := checkMessage(t, m); got != n {
-					t.Fatalf("bounded: frame %d, want %d", got, n)
-				}
-				m.Close()
+				expectFrame(t, bsub, n)
 			}
 			for n := uint64(1); n <= 3; n++ {
 				publishFrame(t, p.prod, "cam.latest", n, frameSizes)
-				m, err := lsub.Next(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got := checkMessage(t, m); got != n {
-					t.Fatalf("latest: frame %d, want %d", got, n)
-				}
-				m.Close()
+				expectFrame(t, lsub, n)
 			}
 			// Counted once the publish returned, which may be after the
 			// consumer had the message.
@@ -120,10 +109,7 @@ func TestFrameLargerThanMaxPayload(t *testing.T) {
 	const max = 64 << 10
 	p := newPair(t, max, []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "bounded"}},
 		[]ImportConfig{{Subject: "site.cam", Topic: "cam.frames"}}, Options{})
-	sub, err := p.cons.Subscribe(ctxT(t), "cam.frames", client.Bounded())
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub := subscribe(t, p.cons, "cam.frames", client.Bounded())
 	sizes := map[string]int{"frame": frameSize, "empty": 0, "one": 1, "edge": max, "tail": 3*max + 7}
 	publishFrame(t, p.prod, "cam.frames", 1, sizes)
 	publishFrame(t, p.prod, "cam.frames", 2, map[string]int{}) // the payload alone: inline

@@ -52,10 +52,7 @@ func TestImportDropsMissingAndCorruptChunks(t *testing.T) {
 	cb.Imports = []ImportConfig{{Subject: "site.cam", Topic: "cam.frames", FrameTimeout: Duration(300 * time.Millisecond)}}
 	bb := startBridge(t, cb, Options{})
 	cons := b.connect("consumer")
-	sub, err := cons.Subscribe(ctxT(t), "cam.frames", client.Bounded())
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub := subscribe(t, cons, "cam.frames", client.Bounded())
 	nc, err := nats.Connect(n.url())
 	if err != nil {
 		t.Fatal(err)

@@ -70,10 +70,7 @@ func receiveUntil(t *testing.T, sub *client.Subscription, n uint64) uint64 {
 func TestNATSRestartMidStream(t *testing.T) {
 	p := newPair(t, 64<<10, []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "latest"}},
 		[]ImportConfig{{Subject: "site.cam", Topic: "cam.frames"}}, Options{})
-	sub, err := p.cons.Subscribe(ctxT(t), "cam.frames", client.Latest())
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub := subscribe(t, p.cons, "cam.frames", client.Latest())
 	prod := startProducer(t, p.prod, "cam.frames", 1)
 	receiveUntil(t, sub, 3)
 	p.n.restart()
@@ -95,10 +92,7 @@ func TestNATSRestartMidStream(t *testing.T) {
 func TestLocalRouterRestart(t *testing.T) {
 	p := newPair(t, 64<<10, []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "bounded"}},
 		[]ImportConfig{{Subject: "site.cam", Topic: "cam.frames"}}, Options{})
-	sub, err := p.cons.Subscribe(ctxT(t), "cam.frames", client.Bounded())
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub := subscribe(t, p.cons, "cam.frames", client.Bounded())
 	publishFrame(t, p.prod, "cam.frames", 1, frameSizes)
 	receiveUntil(t, sub, 0)
 
@@ -120,10 +114,7 @@ func TestLocalRouterRestart(t *testing.T) {
 	p.b.restart()
 	p.bb.waitSession(t)
 	cons := p.b.connect("consumer")
-	sub, err = cons.Subscribe(ctxT(t), "cam.frames", client.Bounded())
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub = subscribe(t, cons, "cam.frames", client.Bounded())
 	publishFrame(t, prod, "cam.frames", 3, frameSizes)
 	receiveUntil(t, sub, 2)
 }
@@ -159,10 +150,7 @@ func TestSlowImporter(t *testing.T) {
 		Options{BeforeImportPublish: func(string) {
 			once.Do(func() { close(blocked); <-gate })
 		}})
-	sub, err := p.cons.Subscribe(ctxT(t), "cam.frames", client.Bounded())
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub := subscribe(t, p.cons, "cam.frames", client.Bounded())
 	publishFrame(t, p.prod, "cam.frames", 1, frameSizes)
 	<-blocked
 	const more = 8
@@ -197,10 +185,7 @@ func TestStoppedBridgeLeavesNothing(t *testing.T) {
 		p := newPair(t, 64<<10, []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "bounded",
 			Stream: &StreamConfig{Name: "CAM", Storage: "memory"}}},
 			[]ImportConfig{{Subject: "site.cam", Topic: "cam.frames"}}, Options{})
-		sub, err := p.cons.Subscribe(ctxT(t), "cam.frames", client.Bounded())
-		if err != nil {
-			t.Fatal(err)
-		}
+		sub := subscribe(t, p.cons, "cam.frames", client.Bounded())
 		for i := uint64(1); i <= 3; i++ {
 			publishFrame(t, p.prod, "cam.frames", i, frameSizes)
 		}

@@ -317,8 +317,16 @@ func publishFrame(t testing.TB, c *client.Client, topic string, n uint64, sizes 
 	return raw
 }
 
-// checkMessage verifies a received frame: every artifact the payload
-// names is there with the digest and content type it was sent with, read
+// subscribe subscribes c to topic, failing the test on a refusal.
+func subscribe(t testing.TB, c *client.Client, topic string, cfg client.SubscriptionConfig) *client.Subscription {
+	t.Helper()
+	sub, err := c.Subscribe(ctxT(t), topic, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
 // nextFrame takes the next message of sub, checks it (checkMessage),
 // closes it and returns its frame number.
 func nextFrame(t *testing.T, sub *client.Subscription) uint64 {
@@ -339,6 +347,8 @@ func expectFrame(t *testing.T, sub *client.Subscription, want uint64) {
 	}
 }
 
+// checkMessage verifies a received frame: every artifact the payload
+// names is there with the digest and content type it was sent with, read
 // through a mapping. It returns the frame's number.
 func checkMessage(t testing.TB, m *client.Message) uint64 {
 	t.Helper()
@@ -412,27 +422,14 @@ func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 // credentials). It returns host a, for bridges expected to fail.
 func crossesWith(t *testing.T, n *natsHarness, secure func(*NATSConfig)) *host {
 	t.Helper()
-	a, b := newHost(t, "a"), newHost(t, "b")
-	prod := a.connect("producer")
-	if _, err := prod.DeclareTopic(ctxT(t), "cam.frames", wire.RetainNone); err != nil {
-		t.Fatal(err)
-	}
-	cb := bridgeConfig(b, n, "bridge-b")
-	secure(&cb.NATS)
-	cb.Imports = []ImportConfig{{Subject: "site.cam", Topic: "cam.frames"}}
-	startBridge(t, cb, Options{})
-	ca := bridgeConfig(a, n, "bridge-a")
-	secure(&ca.NATS)
-	ca.Exports = []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "bounded"}}
-	startBridge(t, ca, Options{})
-	waitFor(t, "the import's topic", func() bool { return b.r.Stats().Topics == 1 })
-	sub, err := b.connect("consumer").Subscribe(ctxT(t), "cam.frames", client.Bounded())
-	if err != nil {
-		t.Fatal(err)
-	}
-	publishFrame(t, prod, "cam.frames", 1, frameSizes)
+	p := bridgePair(t, n, []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "bounded"}},
+		[]ImportConfig{{Subject: "site.cam", Topic: "cam.frames"}}, Options{},
+		func(ca, cb *Config) { secure(&ca.NATS); secure(&cb.NATS) })
+	waitFor(t, "the import's topic", func() bool { return p.b.r.Stats().Topics == 1 })
+	sub := subscribe(t, p.cons, "cam.frames", client.Bounded())
+	publishFrame(t, p.prod, "cam.frames", 1, frameSizes)
 	expectFrame(t, sub, 1)
-	return a
+	return p.a
 }
 
 // refusedWith starts a bridge of host a whose NATS settings secure sets,

@@ -157,26 +157,13 @@ func TestAdmittedConsumedAndStoredAreCountedApart(t *testing.T) {
 	n := &natsHarness{t: t, dir: t.TempDir(), port: -1, maxPayload: 64 << 10, maxStore: 3 << 20}
 	n.start()
 	t.Cleanup(n.stop)
-	a, b := newHost(t, "a"), newHost(t, "b")
-	prod := a.connect("producer")
-	if _, err := prod.DeclareTopic(ctxT(t), "cam.frames", 1); err != nil {
-		t.Fatal(err)
-	}
-	cb := bridgeConfig(b, n, "bridge-b")
-	cb.Imports = []ImportConfig{{Subject: "site.cam", Topic: "cam.frames"}}
-	bb := startBridge(t, cb, Options{})
-	ca := bridgeConfig(a, n, "bridge-a")
-	ca.Exports = []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "bounded",
-		Stream: &StreamConfig{Name: "CAM"}}}
-	ba := startBridge(t, ca, Options{})
-	cons := b.connect("consumer")
-	sub, err := cons.Subscribe(ctxT(t), "cam.frames", client.Bounded())
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := bridgePair(t, n, []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "bounded",
+		Stream: &StreamConfig{Name: "CAM"}}}, []ImportConfig{{Subject: "site.cam", Topic: "cam.frames"}}, Options{}, nil)
+	ba, bb := p.ba, p.bb
+	sub := subscribe(t, p.cons, "cam.frames", client.Bounded())
 	const frames = 5
 	for i := uint64(1); i <= frames; i++ {
-		publishFrame(t, prod, "cam.frames", i, map[string]int{"frame": frameSize})
+		publishFrame(t, p.prod, "cam.frames", i, map[string]int{"frame": frameSize})
 	}
 	m, err := sub.Next(ctxT(t))
 	if err != nil {

@@ -21,18 +21,9 @@ func TestTwoBridgesExportingToEachOtherDoNotLoop(t *testing.T) {
 	cb.Imports = []ImportConfig{{Subject: "ab", Topic: "shared"}}
 	ba, bb := startBridge(t, ca, Options{}), startBridge(t, cb, Options{})
 	pa, pb := a.connect("producer-a"), b.connect("producer-b")
-	subA, err := pa.Subscribe(ctxT(t), "shared", client.Bounded())
-	if err != nil {
-		t.Fatal(err)
-	}
-	subB, err := pb.Subscribe(ctxT(t), "shared", client.Bounded())
-	if err != nil {
-		t.Fatal(err)
-	}
-	echo, err := pa.Subscribe(ctxT(t), "echo.in", client.Bounded())
-	if err != nil {
-		t.Fatal(err)
-	}
+	subA := subscribe(t, pa, "shared", client.Bounded())
+	subB := subscribe(t, pb, "shared", client.Bounded())
+	echo := subscribe(t, pa, "echo.in", client.Bounded())
 	for i := uint64(1); i <= 3; i++ {
 		publishFrame(t, pa, "shared", i, frameSizes)
 	}

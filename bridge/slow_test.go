@@ -86,27 +86,15 @@ func slowCopy(dst io.Writer, src io.Reader, rate int) {
 // the newest one are still to go, and the newest arrives.
 func TestLatestExportOverSlowLinkCoalesces(t *testing.T) {
 	n := startNATS(t, 8<<20)
-	a, b := newHost(t, "a"), newHost(t, "b")
-	prod := a.connect("producer")
-	if _, err := prod.DeclareTopic(ctxT(t), "cam.frames", 1); err != nil {
-		t.Fatal(err)
-	}
 	link := startThrottle(t, n.s.Addr().String(), 12<<20) // ~0.1 s a frame
-	cb := bridgeConfig(b, n, "bridge-b")
-	cb.Imports = []ImportConfig{{Subject: "site.cam", Topic: "cam.frames"}}
-	bb := startBridge(t, cb, Options{})
-	ca := bridgeConfig(a, n, "bridge-a")
-	ca.NATS.URLs = []string{"nats://" + link.ln.Addr().String()}
-	ca.Exports = []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "latest"}}
-	ba := startBridge(t, ca, Options{})
-	cons := b.connect("consumer")
-	sub, err := cons.Subscribe(ctxT(t), "cam.frames", client.Latest())
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := bridgePair(t, n, []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "latest"}},
+		[]ImportConfig{{Subject: "site.cam", Topic: "cam.frames"}}, Options{},
+		func(ca, _ *Config) { ca.NATS.URLs = []string{"nats://" + link.ln.Addr().String()} })
+	ba, bb := p.ba, p.bb
+	sub := subscribe(t, p.cons, "cam.frames", client.Latest())
 	const frames = 30
 	for i := uint64(1); i <= frames; i++ {
-		publishFrame(t, prod, "cam.frames", i, map[string]int{"frame": frameSize})
+		publishFrame(t, p.prod, "cam.frames", i, map[string]int{"frame": frameSize})
 	}
 	sentAtEnd := ba.b.Stats().Exports["cam.frames"].Sent
 	var last uint64

@@ -28,48 +28,48 @@ func TestOpenRefusesUnsafeRoot(t *testing.T) {
 		root  bool // needs to run as root (to chown)
 	}{
 		{name: "Symlink", want: "symbolic link", setup: func(t *testing.T, base string) (string, string) {
-			mkdirMode(t, filepath.Join(base, "real"), 0o700)
+			shmtest.MkdirMode(t, filepath.Join(base, "real"), 0o700)
 			symlink(t, filepath.Join(base, "real"), filepath.Join(base, "root"))
 			return filepath.Join(base, "root"), filepath.Join(base, "root")
 		}},
 		{name: "SymlinkAbove", want: "symbolic link", setup: func(t *testing.T, base string) (string, string) {
-			mkdirMode(t, filepath.Join(base, "real", "root"), 0o700)
+			shmtest.MkdirMode(t, filepath.Join(base, "real", "root"), 0o700)
 			symlink(t, filepath.Join(base, "real"), filepath.Join(base, "link"))
 			return filepath.Join(base, "link", "root"), filepath.Join(base, "link")
 		}},
 		{name: "SymlinkAboveMissingRoot", want: "symbolic link", setup: func(t *testing.T, base string) (string, string) {
-			mkdirMode(t, filepath.Join(base, "real"), 0o700)
+			shmtest.MkdirMode(t, filepath.Join(base, "real"), 0o700)
 			symlink(t, filepath.Join(base, "real"), filepath.Join(base, "link"))
 			return filepath.Join(base, "link", "root"), filepath.Join(base, "link")
 		}},
 		{name: "WorldWritable", want: "mode 0777", setup: func(t *testing.T, base string) (string, string) {
-			mkdirMode(t, filepath.Join(base, "root"), 0o777)
+			shmtest.MkdirMode(t, filepath.Join(base, "root"), 0o777)
 			return filepath.Join(base, "root"), filepath.Join(base, "root")
 		}},
 		{name: "GroupWritable", want: "mode 0770", setup: func(t *testing.T, base string) (string, string) {
-			mkdirMode(t, filepath.Join(base, "root"), 0o770)
+			shmtest.MkdirMode(t, filepath.Join(base, "root"), 0o770)
 			return filepath.Join(base, "root"), filepath.Join(base, "root")
 		}},
 		{name: "StickyWorldWritable", want: "mode 1777", setup: func(t *testing.T, base string) (string, string) {
-			mkdirMode(t, filepath.Join(base, "root"), fs.ModeSticky|0o777)
+			shmtest.MkdirMode(t, filepath.Join(base, "root"), fs.ModeSticky|0o777)
 			return filepath.Join(base, "root"), filepath.Join(base, "root")
 		}},
 		{name: "WorldWritableParent", want: "without the sticky bit", setup: func(t *testing.T, base string) (string, string) {
-			mkdirMode(t, filepath.Join(base, "parent"), 0o777)
-			mkdirMode(t, filepath.Join(base, "parent", "root"), 0o700)
+			shmtest.MkdirMode(t, filepath.Join(base, "parent"), 0o777)
+			shmtest.MkdirMode(t, filepath.Join(base, "parent", "root"), 0o700)
 			return filepath.Join(base, "parent", "root"), filepath.Join(base, "parent")
 		}},
 		{name: "GroupWritableParent", want: "without the sticky bit", setup: func(t *testing.T, base string) (string, string) {
-			mkdirMode(t, filepath.Join(base, "parent"), 0o770)
+			shmtest.MkdirMode(t, filepath.Join(base, "parent"), 0o770)
 			return filepath.Join(base, "parent", "root"), filepath.Join(base, "parent")
 		}},
 		{name: "OtherOwner", want: "owned by uid 65534", root: true, setup: func(t *testing.T, base string) (string, string) {
-			mkdirMode(t, filepath.Join(base, "root"), 0o700)
+			shmtest.MkdirMode(t, filepath.Join(base, "root"), 0o700)
 			chown(t, filepath.Join(base, "root"))
 			return filepath.Join(base, "root"), filepath.Join(base, "root")
 		}},
 		{name: "OtherOwnerAbove", want: "owned by uid 65534", root: true, setup: func(t *testing.T, base string) (string, string) {
-			mkdirMode(t, filepath.Join(base, "parent", "root"), 0o700)
+			shmtest.MkdirMode(t, filepath.Join(base, "parent", "root"), 0o700)
 			chown(t, filepath.Join(base, "parent"))
 			return filepath.Join(base, "parent", "root"), filepath.Join(base, "parent")
 		}},
@@ -113,7 +113,7 @@ func TestOpenRefusesUnsafeRoot(t *testing.T) {
 func TestOpenAcceptsSafeRoots(t *testing.T) {
 	base := shmtest.Dir(t, "flybus-store-test-")
 	sticky := filepath.Join(base, "sticky")
-	mkdirMode(t, sticky, fs.ModeSticky|0o777)
+	shmtest.MkdirMode(t, sticky, fs.ModeSticky|0o777)
 	root := filepath.Join(sticky, "a", "b", "root")
 	s, err := Open(Config{Root: root})
 	if err != nil {
@@ -126,7 +126,7 @@ func TestOpenAcceptsSafeRoots(t *testing.T) {
 		}
 	}
 	readable := filepath.Join(base, "readable")
-	mkdirMode(t, readable, 0o755)
+	shmtest.MkdirMode(t, readable, 0o755)
 	s, err = Open(Config{Root: readable})
 	if err != nil {
 		t.Fatal(err)
@@ -279,16 +279,6 @@ func TestCheckNamed(t *testing.T) {
 		t.Fatalf("a swapped file: %v, want ErrReplaced", err)
 	}
 	checkGone(t, s, st.RelPath)
-}
-
-func mkdirMode(t *testing.T, dir string, perm fs.FileMode) {
-	t.Helper()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, perm); err != nil { // MkdirAll honours the umask
-		t.Fatal(err)
-	}
 }
 
 func symlink(t *testing.T, target, link string) {

@@ -1,11 +1,12 @@
 package main
 
 import (
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/flybus/flybus/internal/shmtest"
 )
 
 // flybus serve refuses a store root another user could replace or write
@@ -19,22 +20,22 @@ func TestServeRefusesUnsafeStoreRoot(t *testing.T) {
 		root  bool // needs root, to give a directory to another user
 	}{
 		{name: "Symlink", want: "symbolic link", setup: func(t *testing.T, base string) (string, string) {
-			mkdirPerm(t, filepath.Join(base, "real"), 0o700)
+			shmtest.MkdirMode(t, filepath.Join(base, "real"), 0o700)
 			if err := os.Symlink(filepath.Join(base, "real"), filepath.Join(base, "root")); err != nil {
 				t.Fatal(err)
 			}
 			return filepath.Join(base, "root"), filepath.Join(base, "root")
 		}},
 		{name: "WorldWritable", want: "mode 0777", setup: func(t *testing.T, base string) (string, string) {
-			mkdirPerm(t, filepath.Join(base, "root"), 0o777)
+			shmtest.MkdirMode(t, filepath.Join(base, "root"), 0o777)
 			return filepath.Join(base, "root"), filepath.Join(base, "root")
 		}},
 		{name: "WritableParentWithoutSticky", want: "without the sticky bit", setup: func(t *testing.T, base string) (string, string) {
-			mkdirPerm(t, filepath.Join(base, "parent"), 0o777)
+			shmtest.MkdirMode(t, filepath.Join(base, "parent"), 0o777)
 			return filepath.Join(base, "parent", "root"), filepath.Join(base, "parent")
 		}},
 		{name: "OtherOwner", want: "owned by uid 65534", root: true, setup: func(t *testing.T, base string) (string, string) {
-			mkdirPerm(t, filepath.Join(base, "root"), 0o700)
+			shmtest.MkdirMode(t, filepath.Join(base, "root"), 0o700)
 			if err := os.Chown(filepath.Join(base, "root"), 65534, 65534); err != nil {
 				t.Fatal(err)
 			}
@@ -64,15 +65,5 @@ func TestServeRefusesUnsafeStoreRoot(t *testing.T) {
 				mustNotExist(t, root)
 			}
 		})
-	}
-}
-
-func mkdirPerm(t *testing.T, dir string, perm fs.FileMode) {
-	t.Helper()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, perm); err != nil { // MkdirAll honours the umask
-		t.Fatal(err)
 	}
 }

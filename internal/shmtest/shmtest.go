@@ -5,6 +5,7 @@
 package shmtest
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -29,6 +30,19 @@ func Dir(t testing.TB, prefix string) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
+}
+
+// MkdirMode makes dir (and its parents) and gives dir exactly perm, which
+// MkdirAll alone does not: it honours the umask. Tests of unsafe store
+// roots need the exact mode.
+func MkdirMode(t testing.TB, dir string, perm fs.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, perm); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // FDs is how many descriptors this process holds.

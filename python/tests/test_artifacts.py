@@ -28,6 +28,12 @@ class ArtifactTests:
         self.addCleanup(c.close)
         return c
 
+    def producer_and_consumer(self, prod_id, cons_id, topic):
+        """Two clients of the router; the first has declared topic."""
+        prod, cons = self.client(prod_id), self.client(cons_id)
+        prod.declare_topic(topic)
+        return prod, cons
+
     def produce(self, c, data, digest=True):
         with c.allocate(len(data), "image/x-rgba") as w:
             w.write_at(data[:100], 0)
@@ -40,8 +46,7 @@ class ArtifactTests:
             prod.publish(topic, payload or {}, attachments={"frame": a})
 
     def test_a_python_frame_read_through_a_python_view(self):
-        prod, cons = self.client("py-prod"), self.client("py-cons")
-        prod.declare_topic("py.frames")
+        prod, cons = self.producer_and_consumer("py-prod", "py-cons", "py.frames")
         data = os.urandom(640 * 480 * 4)
         with cons.subscribe("py.frames", mode="bounded") as sub:
             for i in range(3):
@@ -55,8 +60,7 @@ class ArtifactTests:
                         self.assertEqual(hashlib.sha256(mv).digest(), hashlib.sha256(data).digest())
 
     def test_a_view_cannot_outlive_its_artifact(self):
-        prod, cons = self.client("py-prod2"), self.client("py-cons2")
-        prod.declare_topic("py.keep")
+        prod, cons = self.producer_and_consumer("py-prod2", "py-cons2", "py.keep")
         data = os.urandom(8192)
         with cons.subscribe("py.keep", mode="bounded") as sub:
             self.publish_frame(prod, "py.keep", data)
@@ -117,8 +121,7 @@ class ArtifactTests:
         self.assertEqual(cons.stats()["slot_unmaps"], st["slot_maps"])
 
     def test_every_way_of_keeping_a_views_bytes_is_seen(self):
-        prod, cons = self.client("py-keep-prod"), self.client("py-keep-cons")
-        prod.declare_topic("py.keep-all")
+        prod, cons = self.producer_and_consumer("py-keep-prod", "py-keep-cons", "py.keep-all")
         data = os.urandom(16384)
         keepers = [lambda mv: mv[1:9], lambda mv: mv[1:9][2:4], lambda mv: memoryview(mv),
                    lambda mv: pickle.PickleBuffer(mv), lambda mv: mv.cast("I")]
@@ -137,8 +140,7 @@ class ArtifactTests:
                     v.close()  # idempotent once it has succeeded
 
     def test_a_forgotten_view_is_released_only_after_its_last_slice(self):
-        prod, cons = self.client("py-forget-prod"), self.client("py-forget-cons")
-        prod.declare_topic("py.forget")
+        prod, cons = self.producer_and_consumer("py-forget-prod", "py-forget-cons", "py.forget")
         data = os.urandom(8192)
         with cons.subscribe("py.forget", mode="bounded") as sub:
             self.publish_frame(prod, "py.forget", data)

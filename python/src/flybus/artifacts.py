@@ -55,6 +55,26 @@ class Closing:
         self.close()
 
 
+class Owning(Closing):
+    """A handle on something the router keeps for it (a delivery, a hold, a
+    reply capability): close releases it once, whichever thread closes and
+    however often, and watch() releases it if the program forgets."""
+
+    def _own(self, client, what, release):
+        self._closed = False
+        self._lock = threading.Lock()
+        self._release = release
+        self._net = watch(client, self, what, release)
+
+    def close(self):
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._net.detach()
+        self._release()
+
+
 class _Guard:
     """One owner on the router (a delivery or a hold) shared by handles; the
     last handle to let go releases it."""
@@ -183,13 +203,12 @@ class ArtifactWriter(Closing):
         self._client._fire("artifact.release", {"ownerIds": [self.owner]})
 
 
-class Artifact(Closing):
+class Artifact(Owning):
     """A read-only handle on an immutable artifact."""
 
     def __init__(self, client, ref, guard):
         self._client, self.ref, self._guard = client, ref, guard
-        self._closed = False
-        self._net = watch(client, self, "Artifact", guard.drop)
+        self._own(client, "Artifact", guard.drop)
 
     @property
     def owner(self):
@@ -198,12 +217,6 @@ class Artifact(Closing):
     @property
     def size(self):
         return int(self.ref["byteLength"])
-
-    def close(self):
-        if not self._closed:
-            self._closed = True
-            self._net.detach()
-            self._guard.drop()
 
     def _take(self):
         if self._closed or not self._guard.add():

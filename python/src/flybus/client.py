@@ -16,7 +16,7 @@ import socket
 import threading
 
 from . import _slots, _wire
-from .artifacts import Artifact, ArtifactWriter, Closing, _Guard, watch
+from .artifacts import Artifact, ArtifactWriter, Closing, Owning, _Guard
 from ._contract import CONTRACT_DIGEST
 from .errors import BusError, ClosedError, FlybusError, ProtocolError, SubscriptionClosed
 
@@ -495,28 +495,18 @@ def _object(payload):
 Receipt = collections.namedtuple("Receipt", "topic_sequence subscribers replaced")
 
 
-class _Delivery(Closing):
+class _Delivery(Owning):
     """A delivery the program holds. It is consumed once this handle and
     every artifact taken from it are closed."""
 
     def __init__(self, client, delivery_id, attachments):
         self._client, self.delivery_id = client, delivery_id
         self._attachments = attachments
-        self._closed = False
-        self._lock = threading.Lock()
         self._guard = _Guard(delivery_id, lambda: client._consume(delivery_id))
-        self._net = watch(client, self, type(self).__name__, self._release_fn())
+        self._own(client, type(self).__name__, self._release_fn())
 
     def _release_fn(self):
         return self._guard.drop
-
-    def close(self):
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        self._net.detach()
-        self._guard.drop()
 
     @property
     def attachments(self):
@@ -637,6 +627,8 @@ class Request(_Delivery):
         self.service_incarnation = body["serviceIncarnation"]
 
     def _release_fn(self):
+        # Closing the request, or collecting it unclosed, lets go of both:
+        # the reply capability first, then the delivery.
         guard, cap = self._guard, self._cap
         return lambda: (cap.drop(), guard.drop())
 
@@ -657,34 +649,21 @@ class Request(_Delivery):
     def close(self):
         """Consumes the request; if neither it nor a Responder replied, the
         last of them to close releases the call."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        self._net.detach()
-        self._cap.drop()
-        self._guard.drop()
+        super().close()
 
 
-class Responder(Closing):
+class Responder(Owning):
     """Replies to a request after the Request itself was closed."""
 
     def __init__(self, cap):
         self._cap = cap
-        self._closed = False
         self.call_id = cap.call_id
-        self._net = watch(cap._client, self, "Responder", cap.drop)
+        self._own(cap._client, "Responder", cap.drop)
 
     def reply(self, outcome, attachments=None, timeout=_DEFAULT_TIMEOUT):
         if self._closed:
             raise ValueError("this responder was already closed")
         return self._cap.reply(outcome, attachments, timeout)
-
-    def close(self):
-        if not self._closed:
-            self._closed = True
-            self._net.detach()
-            self._cap.drop()
 
 
 class Service(_Stream):
