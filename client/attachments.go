@@ -172,6 +172,34 @@ func (c *Client) artifactFrom(d *delivered, refs attachSet, name string) (*Artif
 // delivered is the share of a delivery held by the message, request or
 // result it arrived as: closed once, released by the safety net if the
 // program forgets.
+// delivery is what a Message, a Request and a Result hold besides their
+// fields: one share of a delivery and the artifacts it carries.
+type delivery struct {
+	c    *Client
+	d    delivered
+	arts attachSet
+}
+
+// Artifact extracts a named attachment. It shares the delivery it came
+// with: the delivery (and with it the subscription's or the service's
+// credit) is consumed only when the message, request or result and every
+// artifact and view taken from it are closed. Take what you need before
+// closing the handle.
+func (x *delivery) Artifact(name string) (*Artifact, error) {
+	return x.c.artifactFrom(&x.d, x.arts, name)
+}
+
+// Attachments lists the names of the artifacts the delivery carries, in
+// the order the sender attached them.
+func (x *delivery) Attachments() []string { return x.arts.names() }
+
+// Close releases this handle's share of its delivery; it is consumed once
+// every artifact taken from it is closed too. Idempotent.
+func (x *delivery) Close() error {
+	x.d.close()
+	return nil
+}
+
 type delivered struct {
 	what    string // "message", "request", "result"
 	g       *guard

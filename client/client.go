@@ -596,3 +596,24 @@ func (w *waiter) settle(err error) {
 		w.ch <- err
 	}
 }
+
+// takeEntry removes and returns (*m)[k] under mu. The map is passed by
+// pointer because a Client swaps its maps for fresh ones, under mu, when
+// its connection ends.
+func takeEntry[K comparable, V any](mu *sync.Mutex, m *map[K]V, k K) V {
+	mu.Lock()
+	defer mu.Unlock()
+	v := (*m)[k]
+	delete(*m, k)
+	return v
+}
+
+// dropEntry removes (*m)[k] under mu if it is still v: a handle that closes
+// removes itself, never what was registered under its key after it.
+func dropEntry[K, V comparable](mu *sync.Mutex, m *map[K]V, k K, v V) {
+	mu.Lock()
+	defer mu.Unlock()
+	if (*m)[k] == v {
+		delete(*m, k)
+	}
+}

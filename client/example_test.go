@@ -12,6 +12,15 @@ import (
 	"github.com/flybus/flybus/wire"
 )
 
+// openRouter starts an embedded router that admits every client.
+func openRouter() *router.Router {
+	r, err := router.New(router.Config{Policy: router.OpenPolicy()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return r
+}
+
 // connect dials an embedded router in memory. Over a Unix socket the same
 // client comes from client.ConnectUnix(ctx, path, client.Config{ClientID: id,
 // StoreRoot: dir}), where dir is the router's store root (flybus serve --store).
@@ -48,10 +57,7 @@ func counter(ctx context.Context, svc *client.Service) {
 
 func ExampleClient_Call() {
 	ctx := context.Background()
-	r, err := router.New(router.Config{Policy: router.OpenPolicy()})
-	if err != nil {
-		log.Fatal(err)
-	}
+	r := openRouter()
 	defer r.Shutdown(ctx)
 
 	agent := connect(ctx, r, "agent")
@@ -88,10 +94,7 @@ func ExampleClient_Call() {
 
 func ExampleClient_Subscribe() {
 	ctx := context.Background()
-	r, err := router.New(router.Config{Policy: router.OpenPolicy()})
-	if err != nil {
-		log.Fatal(err)
-	}
+	r := openRouter()
 	defer r.Shutdown(ctx)
 	bus := connect(ctx, r, "observer")
 	defer bus.Close()
@@ -147,12 +150,29 @@ func frame(ctx context.Context, bus *client.Client, topic string, pixels []byte)
 	}
 }
 
-func ExampleArtifactWriter_Seal() {
-	ctx := context.Background()
-	r, err := router.New(router.Config{Policy: router.OpenPolicy()})
+// receiveFrame is the consumer's side: it subscribes bus to topic, has
+// frame publish pixels there and returns the delivered message, which stays
+// valid after its subscription closes.
+func receiveFrame(ctx context.Context, bus *client.Client, topic string, pixels []byte) *client.Message {
+	if _, err := bus.DeclareTopic(ctx, topic, wire.RetainNone); err != nil {
+		log.Fatal(err)
+	}
+	sub, err := bus.Subscribe(ctx, topic, client.Bounded())
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer sub.Close()
+	frame(ctx, bus, topic, pixels)
+	msg, err := sub.Next(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return msg
+}
+
+func ExampleArtifactWriter_Seal() {
+	ctx := context.Background()
+	r := openRouter()
 	defer r.Shutdown(ctx)
 	camera := connect(ctx, r, "camera")
 	defer camera.Close()
@@ -179,27 +199,11 @@ func ExampleArtifactWriter_Seal() {
 
 func ExampleArtifact_View() {
 	ctx := context.Background()
-	r, err := router.New(router.Config{Policy: router.OpenPolicy()})
-	if err != nil {
-		log.Fatal(err)
-	}
+	r := openRouter()
 	defer r.Shutdown(ctx)
 	bus := connect(ctx, r, "viewer")
 	defer bus.Close()
-	if _, err := bus.DeclareTopic(ctx, "camera.frames", wire.RetainNone); err != nil {
-		log.Fatal(err)
-	}
-	sub, err := bus.Subscribe(ctx, "camera.frames", client.Bounded())
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer sub.Close()
-	frame(ctx, bus, "camera.frames", []byte("0123456789abcdef0123456789abcdef"))
-
-	msg, err := sub.Next(ctx)
-	if err != nil {
-		log.Fatal(err)
-	}
+	msg := receiveFrame(ctx, bus, "camera.frames", []byte("0123456789abcdef0123456789abcdef"))
 	img, err := msg.Artifact("frame") // shares the message's delivery
 	if err != nil {
 		log.Fatal(err)
@@ -217,27 +221,11 @@ func ExampleArtifact_View() {
 
 func ExampleArtifact_Retain() {
 	ctx := context.Background()
-	r, err := router.New(router.Config{Policy: router.OpenPolicy()})
-	if err != nil {
-		log.Fatal(err)
-	}
+	r := openRouter()
 	defer r.Shutdown(ctx)
 	bus := connect(ctx, r, "cache")
 	defer bus.Close()
-	if _, err := bus.DeclareTopic(ctx, "camera.frames", wire.RetainNone); err != nil {
-		log.Fatal(err)
-	}
-	sub, err := bus.Subscribe(ctx, "camera.frames", client.Bounded())
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer sub.Close()
-	frame(ctx, bus, "camera.frames", make([]byte, 1024))
-
-	msg, err := sub.Next(ctx)
-	if err != nil {
-		log.Fatal(err)
-	}
+	msg := receiveFrame(ctx, bus, "camera.frames", make([]byte, 1024))
 	img, err := msg.Artifact("frame")
 	if err != nil {
 		log.Fatal(err)

@@ -186,11 +186,7 @@ func (s *Subscription) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	s.c.mu.Lock()
-	if s.c.subs[s.id] == s {
-		delete(s.c.subs, s.id)
-	}
-	s.c.mu.Unlock()
+	dropEntry(&s.c.mu, &s.c.subs, s.id, s)
 	s.c.fireAndForget(wire.OpUnsubscribe, &wire.Unsubscribe{SubscriptionID: s.id})
 	s.closeQueue(closedHandle("subscription", ErrSubscriptionClosed))
 	return nil
@@ -198,7 +194,7 @@ func (s *Subscription) Close() error {
 
 // Message is one delivered publication. Close it when done.
 type Message struct {
-	c                *Client
+	delivery
 	DeliveryID       wire.DeliveryID
 	SubscriptionID   wire.SubID
 	Topic            string
@@ -206,8 +202,6 @@ type Message struct {
 	TopicSequence    uint64
 	Replaced         uint64 // coalesced since this subscription's previous delivery
 	Payload          wire.RawJSON
-	d                delivered
-	arts             attachSet
 }
 
 // Decode unmarshals the payload into v.
@@ -215,29 +209,11 @@ func (m *Message) Decode(v any) error {
 	return m.d.decode(m.Payload, v)
 }
 
-// Artifact extracts a named attachment. It shares the message's delivery:
-// the delivery (and the subscription's credit) is released only when the
-// message and every artifact and view taken from it are closed. Take what
-// you need before closing the message.
-func (m *Message) Artifact(name string) (*Artifact, error) {
-	return m.c.artifactFrom(&m.d, m.arts, name)
-}
-
-// Attachments lists the names of the artifacts the message carries, in the
-// order the publisher attached them.
-func (m *Message) Attachments() []string { return m.arts.names() }
-
-// Close releases the message's share of its delivery. Idempotent.
-func (m *Message) Close() error {
-	m.d.close()
-	return nil
-}
-
 func (c *Client) onMessage(w *wire.TopicMessage, arts attachSet) error {
 	g := c.deliveryGuard(w.DeliveryID, arts)
-	m := &Message{c: c, DeliveryID: w.DeliveryID, SubscriptionID: w.SubscriptionID, Topic: w.Topic,
+	m := &Message{DeliveryID: w.DeliveryID, SubscriptionID: w.SubscriptionID, Topic: w.Topic,
 		TopicIncarnation: w.TopicIncarnation, TopicSequence: w.TopicSequence, Replaced: w.Replaced,
-		Payload: w.Payload.Clone(), d: delivered{what: "message", g: g}, arts: arts}
+		Payload: w.Payload.Clone(), delivery: delivery{c: c, d: delivered{what: "message", g: g}, arts: arts}}
 	m.d.cleanup = watch(c, m, "Message", g.drop)
 	c.mu.Lock()
 	s := c.subs[w.SubscriptionID]

@@ -148,37 +148,30 @@ func (c *Client) discardFor(op wire.Op) wire.Body {
 func (c *Client) onDelivery(env *wire.Envelope) error {
 	switch env.Op {
 	case wire.OpRPCRequest:
-		var r wire.Request
-		if err := env.DecodeBody(&r); err != nil {
-			return err
-		}
-		arts, err := deliveryArtifacts(r.DeliveryID, env.Attachments)
-		if err != nil {
-			return err
-		}
-		return c.onRequest(&r, arts)
+		return deliver(env, func(r *wire.Request) wire.DeliveryID { return r.DeliveryID }, c.onRequest)
 	case wire.OpRPCResult:
-		var r wire.Result
-		if err := env.DecodeBody(&r); err != nil {
-			return err
-		}
-		arts, err := deliveryArtifacts(r.DeliveryID, env.Attachments)
-		if err != nil {
-			return err
-		}
-		return c.onResult(&r, arts)
+		return deliver(env, func(r *wire.Result) wire.DeliveryID { return r.DeliveryID }, c.onResult)
 	case wire.OpTopicMessage:
-		var m wire.TopicMessage
-		if err := env.DecodeBody(&m); err != nil {
-			return err
-		}
-		arts, err := deliveryArtifacts(m.DeliveryID, env.Attachments)
-		if err != nil {
-			return err
-		}
-		return c.onMessage(&m, arts)
+		return deliver(env, func(m *wire.TopicMessage) wire.DeliveryID { return m.DeliveryID }, c.onMessage)
 	}
 	return fmt.Errorf("%s is not supported by this client yet", env.Op)
+}
+
+// deliver decodes a delivery's body, checks its attachments against the
+// delivery id it carries (id reads it) and hands both to on.
+func deliver[T any, P interface {
+	*T
+	wire.Body
+}](env *wire.Envelope, id func(P) wire.DeliveryID, on func(P, attachSet) error) error {
+	b := P(new(T))
+	if err := env.DecodeBody(b); err != nil {
+		return err
+	}
+	arts, err := deliveryArtifacts(id(b), env.Attachments)
+	if err != nil {
+		return err
+	}
+	return on(b, arts)
 }
 
 func (c *Client) onNotice(env *wire.Envelope) error {
@@ -188,11 +181,7 @@ func (c *Client) onNotice(env *wire.Envelope) error {
 		if err := env.DecodeBody(&n); err != nil {
 			return err
 		}
-		c.mu.Lock()
-		p := c.calls[n.CallID]
-		delete(c.calls, n.CallID)
-		c.mu.Unlock()
-		if p != nil {
+		if p := takeEntry(&c.mu, &c.calls, n.CallID); p != nil {
 			p.finish(nil, n.Err())
 		}
 	case wire.OpRouteRemoved:
@@ -205,11 +194,7 @@ func (c *Client) onNotice(env *wire.Envelope) error {
 		if err := env.DecodeBody(&n); err != nil {
 			return err
 		}
-		c.mu.Lock()
-		s := c.subs[n.SubscriptionID]
-		delete(c.subs, n.SubscriptionID)
-		c.mu.Unlock()
-		if s != nil {
+		if s := takeEntry(&c.mu, &c.subs, n.SubscriptionID); s != nil {
 			s.ended(n.Reason)
 		}
 	case wire.OpConnectionClosing:

@@ -86,16 +86,12 @@ func (c *Client) Register(ctx context.Context, name string, cfg ServiceConfig) (
 		if err == nil { // registered after the caller gave up: undo it
 			c.fireAndForget(wire.OpServiceUnregister, &wire.Unregister{Name: name, ServiceIncarnation: ok.ServiceIncarnation})
 		}
-		c.mu.Lock()
-		delete(c.services, name)
-		c.mu.Unlock()
+		takeEntry(&c.mu, &c.services, name)
 	})
 	if err != nil {
-		c.mu.Lock()
-		if c.services[name] == s && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-			delete(c.services, name)
+		if !isCtxErr(err) {
+			dropEntry(&c.mu, &c.services, name, s)
 		}
-		c.mu.Unlock()
 		return nil, err
 	}
 	s.incarnation = ok.ServiceIncarnation
@@ -125,11 +121,7 @@ func (s *Service) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	s.c.mu.Lock()
-	if s.c.services[s.name] == s {
-		delete(s.c.services, s.name)
-	}
-	s.c.mu.Unlock()
+	dropEntry(&s.c.mu, &s.c.services, s.name, s)
 	s.c.fireAndForget(wire.OpServiceUnregister, &wire.Unregister{Name: s.name, ServiceIncarnation: s.incarnation})
 	s.closeQueue(closedHandle("service"))
 	return nil
@@ -141,9 +133,9 @@ func (c *Client) onRequest(r *wire.Request, arts attachSet) error {
 	c.mu.Unlock()
 	g := c.deliveryGuard(r.DeliveryID, arts)
 	rc := &replyCap{c: c, callID: r.CallID, deliveryID: r.DeliveryID, refCount: refCount{refs: 1}}
-	req := &Request{c: c, Method: r.Method, Payload: r.Payload.Clone(), Caller: r.Caller,
+	req := &Request{Method: r.Method, Payload: r.Payload.Clone(), Caller: r.Caller,
 		CallID: r.CallID, DeliveryID: r.DeliveryID, ServiceIncarnation: r.ServiceIncarnation,
-		d: delivered{what: "request", g: g}, arts: arts, rc: rc}
+		delivery: delivery{c: c, d: delivered{what: "request", g: g}, arts: arts}, rc: rc}
 	req.d.cleanup = watch(c, req, "Request", func() { g.drop(); rc.drop() })
 	if s == nil || !s.in.push(req) {
 		req.Close() // nobody will serve it: consume and give up the reply
@@ -155,7 +147,7 @@ func (c *Client) onRequest(r *wire.Request, arts attachSet) error {
 // that consumes the delivery (returning the service's credit) and, unless a
 // Responder is still open, gives up the right to reply.
 type Request struct {
-	c                  *Client
+	delivery           // consumed when the request and its artifacts are closed
 	Method             string
 	Payload            wire.RawJSON
 	Caller             wire.Identity // authenticated only on a launcher-bound transport
@@ -163,9 +155,7 @@ type Request struct {
 	DeliveryID         wire.DeliveryID
 	ServiceIncarnation wire.ServiceInc
 
-	d    delivered // the delivery: consumed when the request and its artifacts are closed
-	arts attachSet
-	rc   *replyCap
+	rc *replyCap
 }
 
 // replyCap is a call's right to reply, shared by its Request and
@@ -196,16 +186,6 @@ func (rc *replyCap) drop() {
 func (r *Request) Decode(v any) error {
 	return r.d.decode(r.Payload, v)
 }
-
-// Artifact extracts a named attachment. It shares the request's delivery:
-// the delivery is consumed when the request and every artifact (and view)
-// taken from it are closed.
-func (r *Request) Artifact(name string) (*Artifact, error) {
-	return r.c.artifactFrom(&r.d, r.arts, name)
-}
-
-// Attachments lists the request's attachment names in envelope order.
-func (r *Request) Attachments() []string { return r.arts.names() }
 
 // Reply answers the call with outcome (any JSON object value) and the
 // service's own artifacts. It reports routed=false when the caller has
@@ -287,34 +267,17 @@ func (p *Responder) Close() error {
 
 // Result is a call's outcome. Close it to consume the result delivery.
 type Result struct {
-	c                  *Client
+	delivery
 	CallID             wire.CallID
 	DeliveryID         wire.DeliveryID
 	Responder          wire.Identity
 	ServiceIncarnation wire.ServiceInc
 	Outcome            wire.RawJSON
-	d                  delivered
-	arts               attachSet
 }
 
 // Decode unmarshals the outcome into v.
 func (r *Result) Decode(v any) error {
 	return r.d.decode(r.Outcome, v)
-}
-
-// Artifact extracts a named attachment sharing the result's delivery.
-func (r *Result) Artifact(name string) (*Artifact, error) {
-	return r.c.artifactFrom(&r.d, r.arts, name)
-}
-
-// Attachments lists the result's attachment names in envelope order.
-func (r *Result) Attachments() []string { return r.arts.names() }
-
-// Close consumes the result delivery once every artifact taken from it is
-// closed too. Idempotent.
-func (r *Result) Close() error {
-	r.d.close()
-	return nil
 }
 
 // PendingCall is an admitted call awaiting its one terminal outcome.
@@ -393,11 +356,7 @@ func (p *PendingCall) Cancel(ctx context.Context) (wire.CancelState, error) {
 		return 0, err
 	}
 	if ok.State != wire.Completed {
-		p.c.mu.Lock()
-		if p.c.calls[p.id] == p {
-			delete(p.c.calls, p.id)
-		}
-		p.c.mu.Unlock()
+		dropEntry(&p.c.mu, &p.c.calls, p.id, p)
 		disp := wire.DispatchUnknown
 		if ok.State == wire.CancelledBeforeDispatch {
 			disp = wire.NotDispatched
@@ -472,9 +431,7 @@ func (c *Client) call(ctx context.Context, target string, pin wire.ServiceInc, m
 	id := p.id
 	if err != nil {
 		if !isCtxErr(err) {
-			c.mu.Lock()
-			delete(c.calls, id)
-			c.mu.Unlock()
+			takeEntry(&c.mu, &c.calls, id)
 		} else {
 			p.mu.Lock()
 			p.abandon = true
@@ -507,14 +464,11 @@ func isCtxErr(err error) bool {
 }
 
 func (c *Client) onResult(r *wire.Result, arts attachSet) error {
-	c.mu.Lock()
-	p := c.calls[r.CallID]
-	delete(c.calls, r.CallID)
-	c.mu.Unlock()
+	p := takeEntry(&c.mu, &c.calls, r.CallID)
 	g := c.deliveryGuard(r.DeliveryID, arts)
-	res := &Result{c: c, CallID: r.CallID, DeliveryID: r.DeliveryID, Responder: r.Responder,
+	res := &Result{CallID: r.CallID, DeliveryID: r.DeliveryID, Responder: r.Responder,
 		ServiceIncarnation: r.ServiceIncarnation, Outcome: r.Outcome.Clone(),
-		d: delivered{what: "result", g: g}, arts: arts}
+		delivery: delivery{c: c, d: delivered{what: "result", g: g}, arts: arts}}
 	res.d.cleanup = watch(c, res, "Result", g.drop)
 	if p == nil {
 		res.Close() // nobody waits: consume it

@@ -183,33 +183,21 @@ func (r *Report) writeFigures(b *strings.Builder) {
 		{"the sum of its baselines, ms: pwrite + k x paced one-hop ping-pong + touch (k: the round trips after the fill)", "", func(s *Schedule) string {
 			return s.FrameBudget.text()
 		}},
-		{"RPC round trip, call to result (÷ two-hop ping-pong)", rowRPC, func(s *Schedule) string { return latencyCell(s.RPC, pp.Two) }},
-		{"RPC round trip less the agent's handler (÷ two-hop ping-pong)", "", func(s *Schedule) string { return latencyCell(s.RPCNet, pp.Two) }},
-		{"allocate round trip (÷ ping-pong)", rowAllocate, func(s *Schedule) string { return latencyCell(s.Allocate, pp.One) }},
-		{"producer fill " + fillName(r.Settings.Fill) + " (÷ pwrite)", rowFill, func(s *Schedule) string { return latencyCell(s.Fill, bl.Pwrite) }},
-		{"seal round trip (÷ copy)", rowSeal, func(s *Schedule) string { return latencyCell(s.Seal, bl.Copy) }},
+		latencyRow("RPC round trip, call to result (÷ two-hop ping-pong)", rowRPC, pp.Two, func(s *Schedule) *Hist { return s.RPC }),
+		latencyRow("RPC round trip less the agent's handler (÷ two-hop ping-pong)", "", pp.Two, func(s *Schedule) *Hist { return s.RPCNet }),
+		latencyRow("allocate round trip (÷ ping-pong)", rowAllocate, pp.One, func(s *Schedule) *Hist { return s.Allocate }),
+		latencyRow("producer fill "+fillName(r.Settings.Fill)+" (÷ pwrite)", rowFill, bl.Pwrite, func(s *Schedule) *Hist { return s.Fill }),
+		latencyRow("seal round trip (÷ copy)", rowSeal, bl.Copy, func(s *Schedule) *Hist { return s.Seal }),
 		{"seals by lease / by copy (router counters)", "", func(s *Schedule) string {
 			return fmt.Sprintf("%d / %d", s.LeaseSeals, s.CopySeals)
 		}},
-		{"publish admission (÷ ping-pong)", rowPublish, func(s *Schedule) string { return latencyCell(s.Publish, pp.One) }},
-		{"producer's critical path: Allocate returned to Publish answered (÷ ping-pong)", "", func(s *Schedule) string {
-			return latencyCell(s.CriticalPath, pp.One)
-		}},
-		{"delivery, before Publish to first byte, fast consumers (÷ two-hop ping-pong)", "", func(s *Schedule) string {
-			return latencyCell(s.DeliveryFast, pp.Two)
-		}},
-		{"delivery, the same, slow consumer (÷ two-hop ping-pong)", "", func(s *Schedule) string {
-			return latencyCell(s.DeliverySlow, pp.Two)
-		}},
-		{"consumer access: View, touch every line, close (÷ map+touch+unmap)", rowAccess, func(s *Schedule) string {
-			return latencyCell(s.Access, bl.MapTouch)
-		}},
-		{"of which the View call: artifact.open round trip, open, mmap (÷ ping-pong)", "", func(s *Schedule) string {
-			return latencyCell(s.View, pp.One)
-		}},
-		{"agent access: the same in the agents (÷ map+touch+unmap)", "", func(s *Schedule) string {
-			return latencyCell(s.AgentAccess, bl.MapTouch)
-		}},
+		latencyRow("publish admission (÷ ping-pong)", rowPublish, pp.One, func(s *Schedule) *Hist { return s.Publish }),
+		latencyRow("producer's critical path: Allocate returned to Publish answered (÷ ping-pong)", "", pp.One, func(s *Schedule) *Hist { return s.CriticalPath }),
+		latencyRow("delivery, before Publish to first byte, fast consumers (÷ two-hop ping-pong)", "", pp.Two, func(s *Schedule) *Hist { return s.DeliveryFast }),
+		latencyRow("delivery, the same, slow consumer (÷ two-hop ping-pong)", "", pp.Two, func(s *Schedule) *Hist { return s.DeliverySlow }),
+		latencyRow("consumer access: View, touch every line, close (÷ map+touch+unmap)", rowAccess, bl.MapTouch, func(s *Schedule) *Hist { return s.Access }),
+		latencyRow("of which the View call: artifact.open round trip, open, mmap (÷ ping-pong)", "", pp.One, func(s *Schedule) *Hist { return s.View }),
+		latencyRow("agent access: the same in the agents (÷ map+touch+unmap)", "", bl.MapTouch, func(s *Schedule) *Hist { return s.AgentAccess }),
 		{"Router CPU, cores (net of stats sampling)", rowRouterCPU, func(s *Schedule) string {
 			if embedded {
 				return "n/a (embedded)"
@@ -268,15 +256,8 @@ func (r *Report) writeFigures(b *strings.Builder) {
 		{"Errors (router refusals)", "", func(s *Schedule) string { return fmt.Sprintf("%d (%d)", s.ErrorCount, s.Refusals) }},
 	}
 
-	b.WriteString("## Figures\n\nRust: the Rust crate's table (2 s = 120 frames per schedule, router and clients in one process, two runs).\n\n| figure |")
-	for _, s := range r.Schedules {
-		fmt.Fprintf(b, " %s | Rust |", agentsName(s.Agents))
-	}
-	b.WriteString("\n| --- |")
-	for range r.Schedules {
-		b.WriteString(" --- | --- |")
-	}
-	b.WriteString("\n")
+	b.WriteString("## Figures\n\nRust: the Rust crate's table (2 s = 120 frames per schedule, router and clients in one process, two runs).\n\n")
+	r.scheduleColumns(b, "figure", "Rust")
 	for _, rw := range rows {
 		fmt.Fprintf(b, "| %s |", rw.label)
 		for _, s := range r.Schedules {
@@ -291,20 +272,28 @@ func (r *Report) writeFigures(b *strings.Builder) {
 	b.WriteString("\n")
 }
 
+// scheduleColumns writes the head of a table with a column per schedule
+// (and after it one per extra name): first names the row column.
+func (r *Report) scheduleColumns(b *strings.Builder, first string, extra ...string) {
+	fmt.Fprintf(b, "| %s |", first)
+	for _, s := range r.Schedules {
+		fmt.Fprintf(b, " %s |", agentsName(s.Agents))
+		for _, e := range extra {
+			fmt.Fprintf(b, " %s |", e)
+		}
+	}
+	b.WriteString("\n| --- |")
+	b.WriteString(strings.Repeat(" --- |", len(r.Schedules)*(1+len(extra))))
+	b.WriteString("\n")
+}
+
 func (r *Report) writeTargets(b *strings.Builder) {
 	if len(r.Schedules) == 0 {
 		return
 	}
 	b.WriteString("## Targets (docs/design.md)\n\nEach cell: the figure's p50 over the baseline's p50 measured as the target says " +
-		"(back to back, or paced at 60 Hz) and the verdict, then in parentheses the ratio to the other measurement, for comparison.\n\n| target |")
-	for _, s := range r.Schedules {
-		fmt.Fprintf(b, " %s |", agentsName(s.Agents))
-	}
-	b.WriteString("\n| --- |")
-	for range r.Schedules {
-		b.WriteString(" --- |")
-	}
-	b.WriteString("\n")
+		"(back to back, or paced at 60 Hz) and the verdict, then in parentheses the ratio to the other measurement, for comparison.\n\n")
+	r.scheduleColumns(b, "target")
 	for i, t := range r.Schedules[0].Targets {
 		fmt.Fprintf(b, "| %s |", t.Name)
 		for _, s := range r.Schedules {
@@ -495,6 +484,12 @@ func (r *Report) writeIsolation(b *strings.Builder) {
 
 // latencyCell is "p50 / p95 / p99 (n; ratio, paced ratio)" in ms; the
 // ratios are the p50's to the baseline's back-to-back and paced p50s.
+// latencyRow is a figure that is a latency histogram of each schedule,
+// shown with its ratios to base.
+func latencyRow(label, ref string, base Baseline, hist func(*Schedule) *Hist) row {
+	return row{label, ref, func(s *Schedule) string { return latencyCell(hist(s), base) }}
+}
+
 func latencyCell(h *Hist, base Baseline) string {
 	return percentilesCell(h, func(p50 time.Duration) string {
 		var r string

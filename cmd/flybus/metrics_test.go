@@ -110,16 +110,23 @@ func TestMetricsRenderEveryStatsField(t *testing.T) {
 	}
 }
 
-// sampleValue finds one sample line's value by its name and label text.
-func sampleValue(t *testing.T, out, series string) string {
+// wantSamples checks that each series (name and label text) has a sample
+// line in out with the value want gives it.
+func wantSamples(t *testing.T, out string, want map[string]string) {
 	t.Helper()
+	got := map[string]string{}
 	for _, l := range strings.Split(out, "\n") {
-		if v, ok := strings.CutPrefix(l, series+" "); ok {
-			return v
+		if i := strings.LastIndexByte(l, ' '); i > 0 && !strings.HasPrefix(l, "#") {
+			got[l[:i]] = l[i+1:]
 		}
 	}
-	t.Errorf("no sample %s", series)
-	return ""
+	for series, w := range want {
+		if v, ok := got[series]; !ok {
+			t.Errorf("no sample %s", series)
+		} else if v != w {
+			t.Errorf("%s = %q, want %s", series, v, w)
+		}
+	}
 }
 
 // Each topic, subscription, service and client has labelled series; past
@@ -148,7 +155,7 @@ func TestMetricsPerEntityWithCap(t *testing.T) {
 		},
 	}
 	out := render(t, testCollector(router.Stats{}, d, 2))
-	for series, want := range map[string]string{
+	wantSamples(t, out, map[string]string{
 		`flybus_topic_publications_total{topic="a"}`:       "10",
 		`flybus_topic_publications_total{topic="b"}`:       "20",
 		`flybus_topic_publications_total{topic="(other)"}`: "12",
@@ -176,11 +183,7 @@ func TestMetricsPerEntityWithCap(t *testing.T) {
 		`flybus_client_owners{client="(other)"}`:                                                                 "3",
 		`flybus_client_control_depth{client="(other)"}`:                                                          "9",
 		`flybus_owner_budget`: "8",
-	} {
-		if got := sampleValue(t, out, series); got != want {
-			t.Errorf("%s = %q, want %s", series, got, want)
-		}
-	}
+	})
 	if n := strings.Count(out, "\nflybus_topic_publications_total{"); n != 3 {
 		t.Errorf("%d topic series, want the cap (2) and (other)", n)
 	}
@@ -195,7 +198,7 @@ func TestMetricsLatencyHistograms(t *testing.T) {
 	}
 	adm.Buckets[0].Count, adm.Buckets[3].Count, adm.Buckets[21].Count = 2, 3, 1
 	out := render(t, testCollector(router.Stats{}, router.Details{Latencies: router.Latencies{Admission: adm}}, 1))
-	for series, want := range map[string]string{
+	wantSamples(t, out, map[string]string{
 		`flybus_admission_seconds_bucket{le="1e-06"}`:    "2",
 		`flybus_admission_seconds_bucket{le="4e-06"}`:    "2",
 		`flybus_admission_seconds_bucket{le="8e-06"}`:    "5",
@@ -204,11 +207,7 @@ func TestMetricsLatencyHistograms(t *testing.T) {
 		`flybus_admission_seconds_count`:                 "6",
 		`flybus_admission_seconds_sum`:                   "0.003",
 		`flybus_lane_wait_seconds_count`:                 "0",
-	} {
-		if got := sampleValue(t, out, series); got != want {
-			t.Errorf("%s = %q, want %s", series, got, want)
-		}
-	}
+	})
 }
 
 // A real router's endpoint: a scrape takes its figures as they stand.

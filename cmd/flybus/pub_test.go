@@ -16,6 +16,16 @@ import (
 	"github.com/flybus/flybus/wire"
 )
 
+// withContentTypes is the options of one artifact f=a with the given
+// --content-type values.
+func withContentTypes(types ...string) func(*pubOptions) {
+	return func(o *pubOptions) {
+		o.artifacts = listFlag{"f=a"}
+		o.contentTypes = listFlag(types)
+		o.store = "st"
+	}
+}
+
 func TestPubPlan(t *testing.T) {
 	valid := func(o *pubOptions) {}
 	cases := []struct {
@@ -74,25 +84,11 @@ func TestPubPlan(t *testing.T) {
 		{name: "Artifact/NoStore", pos: []string{"s", "t", "{}"},
 			opts: func(o *pubOptions) { o.artifacts = listFlag{"f=a"} }, err: "--artifact needs --store DIR, the router's store root"},
 		{name: "ContentType/NoArtifact", pos: []string{"s", "t", "{}"},
-			opts: func(o *pubOptions) {
-				o.artifacts = listFlag{"f=a"}
-				o.contentTypes = listFlag{"g=text/plain"}
-				o.store = "st"
-			},
-			err: "--content-type g names no --artifact"},
+			opts: withContentTypes("g=text/plain"), err: "--content-type g names no --artifact"},
 		{name: "ContentType/Duplicate", pos: []string{"s", "t", "{}"},
-			opts: func(o *pubOptions) {
-				o.artifacts = listFlag{"f=a"}
-				o.contentTypes = listFlag{"f=text/plain", "f=text/html"}
-				o.store = "st"
-			}, err: "--content-type f is given twice"},
+			opts: withContentTypes("f=text/plain", "f=text/html"), err: "--content-type f is given twice"},
 		{name: "ContentType/Control", pos: []string{"s", "t", "{}"},
-			opts: func(o *pubOptions) {
-				o.artifacts = listFlag{"f=a"}
-				o.contentTypes = listFlag{"f=text/\tplain"}
-				o.store = "st"
-			},
-			err: "is not a content type"},
+			opts: withContentTypes("f=text/\tplain"), err: "is not a content type"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
