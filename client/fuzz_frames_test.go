@@ -257,6 +257,17 @@ func (g *fuzzProgram) use(get func(string) (*Artifact, error), names []string, h
 	}
 }
 
+// untilErr hands each item next returns to each, until next fails.
+func untilErr[T any](ctx context.Context, next func(context.Context) (T, error), each func(T)) {
+	for {
+		v, err := next(ctx)
+		if err != nil {
+			return
+		}
+		each(v)
+	}
+}
+
 func (g *fuzzProgram) script() []func() {
 	c, ctx := g.c, g.ctx
 	return []func(){
@@ -265,29 +276,21 @@ func (g *fuzzProgram) script() []func() {
 			if err != nil {
 				return
 			}
-			for {
-				req, err := svc.Next(ctx)
-				if err != nil {
-					return
-				}
+			untilErr(ctx, svc.Next, func(req *Request) {
 				g.use(req.Artifact, req.Attachments(), 1)
 				req.Reply(ctx, map[string]int{"n": 1})
 				req.Close()
-			}
+			})
 		},
 		func() { // msg-3
 			s, err := c.Subscribe(ctx, "fuzz.topic", Bounded().Queued(4).InFlight(2))
 			if err != nil {
 				return
 			}
-			for {
-				m, err := s.Next(ctx)
-				if err != nil {
-					return
-				}
+			untilErr(ctx, s.Next, func(m *Message) {
 				g.use(m.Artifact, m.Attachments(), 0)
 				m.Close()
-			}
+			})
 		},
 		func() { // msg-4
 			p, err := c.Call(ctx, "fuzz.svc", 0, "Fuzz.M", map[string]int{})
