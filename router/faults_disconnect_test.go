@@ -49,6 +49,23 @@ func storeMaps(t *testing.T, h *harness) int {
 	return shmtest.Mappings(t, h.root)
 }
 
+// wantStoreMaps checks that this process holds want mappings of files under
+// the store root.
+func wantStoreMaps(t *testing.T, h *harness, what string, want int) {
+	t.Helper()
+	if n := storeMaps(t, h); n != want {
+		t.Fatalf("%s: %d mappings of the store, want %d", what, n, want)
+	}
+}
+
+// dialWithTopic dials id and declares topic on it.
+func (h *harness) dialWithTopic(id, topic string, r wire.Retention) *client.Client {
+	h.t.Helper()
+	c := h.dial(id)
+	mustDeclare(h.t, c, topic, r)
+	return c
+}
+
 // requireDrained waits until the router holds nothing an application could
 // have leaked, then checks the store directory and the mappings.
 func requireDrained(t *testing.T, h *harness, maps0 int) {
@@ -146,9 +163,7 @@ func TestFaultSenderDropsAfterAdmission(t *testing.T) {
 			t.Fatalf("a dropped client's artifact: %v", err)
 		}
 		for _, pc := range []*client.PendingCall{p, pq} {
-			if _, err := pc.Result(ctx); code(t, err) != wire.ErrRouterLost || dispatchOf(t, err) != wire.DispatchUnknown {
-				t.Fatalf("a dropped caller's pending call: %v", err)
-			}
+			wantResultErr(t, ctx, "a dropped caller's pending call", pc, wire.ErrRouterLost, wire.DispatchUnknown)
 		}
 		published.Close()
 		private.Close()
@@ -182,13 +197,7 @@ func TestFaultSenderDropsAfterAdmission(t *testing.T) {
 		if err := req.Decode(&got); err != nil || got.N != 4 {
 			t.Fatalf("after the credit returned the service got %+v: the dropped caller's queued call ran (%v)", got, err)
 		}
-		req.Reply(ctx, nil)
-		req.Close()
-		if res, err := probe.Result(ctx); err != nil {
-			t.Fatal(err)
-		} else {
-			res.Close()
-		}
+		answerCall(t, ctx, req, probe, nil)
 
 		// A responder that drops right after its reply is admitted: the
 		// result already owns its artifact.
@@ -223,8 +232,7 @@ func TestFaultConsumerDiesMidRead(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		maps0 := storeMaps(t, h)
-		pub := h.dial("cd-pub")
-		mustDeclare(t, pub, "fault.mid", wire.RetainNone)
+		pub := h.dialWithTopic("cd-pub", "fault.mid", wire.RetainNone)
 		for i, abrupt := range []bool{false, true} {
 			cons, consNC := dialKept(t, h, fmt.Sprintf("cd-cons-%d", i))
 			s := mustSubscribe(t, ctx, cons, "fault.mid", client.Latest())
@@ -237,9 +245,7 @@ func TestFaultConsumerDiesMidRead(t *testing.T) {
 			m, _ := next(t, s)
 			img := mustArtifact(t, m, "frame")
 			v := mustView(t, img, data)
-			if n := storeMaps(t, h); n != maps0+1 {
-				t.Fatalf("one view, %d mappings over %d", n, maps0)
-			}
+			wantStoreMaps(t, h, "one view", maps0+1)
 			if abrupt {
 				cut(cons, consNC)
 			} else {
@@ -267,9 +273,7 @@ func TestFaultConsumerDiesMidRead(t *testing.T) {
 			m.Close()
 			img.Close()
 			v.Close()
-			if n := storeMaps(t, h); n != maps0 {
-				t.Fatalf("after unmapping: %d mappings, want %d", n, maps0)
-			}
+			wantStoreMaps(t, h, "after unmapping", maps0)
 		}
 
 		// A service dies while it reads a request's artifact.
@@ -284,9 +288,7 @@ func TestFaultConsumerDiesMidRead(t *testing.T) {
 		fa := mustArtifact(t, req, "frame")
 		v := mustView(t, fa, data)
 		cut(worker, workerNC)
-		if _, err := p.Result(ctx); code(t, err) != wire.ErrNoService || dispatchOf(t, err) != wire.Dispatched {
-			t.Fatalf("call to a service that died mid-read: %v", err)
-		}
+		wantResultErr(t, ctx, "call to a service that died mid-read", p, wire.ErrNoService, wire.Dispatched)
 		settle(t, h, "the request's artifact to be collected", func(s router.Stats) bool {
 			return s.Artifacts == 0 && s.StoreFiles == 0 && s.Calls == 0
 		})
@@ -326,8 +328,7 @@ func TestFaultConnectionLostMidCommand(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		maps0 := storeMaps(t, h)
-		admin := h.dial("lm-admin")
-		mustDeclare(t, admin, "fault.lost", wire.RetainNone)
+		admin := h.dialWithTopic("lm-admin", "fault.lost", wire.RetainNone)
 		svc := mustRegister(t, ctx, admin, "fault.lost.svc", client.ServiceConfig{})
 		ops := []struct {
 			op  wire.Op

@@ -117,9 +117,7 @@ func TestFaultLostReply(t *testing.T) {
 		cut(early, earlyNC)
 		settle(t, h, "the caller to go", func(s router.Stats) bool { return s.Connections == 2 })
 		answer(req, false)
-		if _, err := lost.Result(ctx); code(t, err) != wire.ErrRouterLost {
-			t.Fatalf("a dropped caller's call: %v", err)
-		}
+		wantResultErr(t, ctx, "a dropped caller's call", lost, wire.ErrRouterLost, wire.DispatchUnknown)
 		onlyTheCache("a reply to a dropped caller to leave nothing")
 		retry(h.dial("lr-gone-early-again"), 7, 0)
 
@@ -141,18 +139,11 @@ func TestFaultLostReply(t *testing.T) {
 
 		// 4. A retired call id is refused at admission and never reaches
 		// the service again; a fresh one does.
-		sp := newPeer(t, h, "lr-raw-svc")
-		sp.register("fault.raw", 4, 4)
-		cp := newPeer(t, h, "lr-raw-caller")
-		cp.callOK(1, "fault.raw")
-		rq := sp.request()
-		if !sp.replyTo(rq, `{}`) {
-			t.Fatal("reply not routed")
-		}
-		sp.consume(rq.DeliveryID)
-		cp.consume(cp.result().DeliveryID)
-		wantErr(t, "a retired call id", cp.callErr(1, "fault.raw"), wire.ErrInvalidEnvelope, wire.NotDispatched)
-		cp.callOK(2, "fault.raw")
+		sp, cp, _ := servicePeers(t, h, "lr-raw.svc", 4, 4)
+		cp.callOK(1, "lr-raw.svc")
+		sp.finishCall(cp, sp.request())
+		wantErr(t, "a retired call id", cp.callErr(1, "lr-raw.svc"), wire.ErrInvalidEnvelope, wire.NotDispatched)
+		cp.callOK(2, "lr-raw.svc")
 		if rq2 := sp.request(); rq2.CallID != 2 {
 			t.Fatalf("after a refused retired id, the service got %s", rq2.CallID)
 		}
@@ -357,8 +348,7 @@ func TestFaultGrantsAfterTheCallerGaveUp(t *testing.T) {
 		// router (whose lock leads to the in-memory pipe): it watches the
 		// store directory, where the attachment's file goes once the
 		// orphan handler has let go of the last hold on it.
-		c = h.dial("gu-receipts")
-		mustDeclare(t, c, "fault.receipts", wire.RetainNone)
+		c = h.dialWithTopic("gu-receipts", "fault.receipts", wire.RetainNone)
 		dir := h.r.StoreDir()
 		for range 3 {
 			a := produce(t, c, frameBytes(4, 1000))
@@ -384,8 +374,7 @@ func TestFaultGrantsAfterTheCallerGaveUp(t *testing.T) {
 		c.Close()
 
 		// Grants racing the caller's deadline.
-		c = h.dial("gu-racing")
-		mustDeclare(t, c, "fault.gaveup", wire.RetainNone)
+		c = h.dialWithTopic("gu-racing", "fault.gaveup", wire.RetainNone)
 		src := produce(t, c, frameBytes(3, 4096))
 		start := time.Now()
 		for range 16 {

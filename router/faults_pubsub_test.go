@@ -167,8 +167,6 @@ func TestFaultSubscriptionClosedWithDeliveriesInUse(t *testing.T) {
 		v2.Close()
 		img2.Close()
 		m2.Close()
-		if n := storeMaps(t, h); n != maps0 {
-			t.Fatalf("mappings after shutdown: %d, want %d", n, maps0)
-		}
+		wantStoreMaps(t, h, "after shutdown", maps0)
 	})
 }

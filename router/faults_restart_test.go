@@ -29,8 +29,7 @@ func TestFaultRouterRestart(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		maps0 := storeMaps(t, h)
-		c := h.dial("rs-old")
-		mustDeclare(t, c, "fault.restart", wire.RetainLatest)
+		c := h.dialWithTopic("rs-old", "fault.restart", wire.RetainLatest)
 		data := frameBytes(70, 64_000)
 		a := produce(t, c, data)
 		if _, err := c.Publish(ctx, "fault.restart", tick{N: 1}, client.Attach("frame", a)); err != nil {
@@ -108,9 +107,7 @@ func TestFaultRouterRestart(t *testing.T) {
 		if len(ents) != 1 || ents[0].Name() != r2.StoreID().String() {
 			t.Fatalf("store root after the restart: %v", ents)
 		}
-		if n := storeMaps(t, h); n != maps0 {
-			t.Fatalf("mappings: %d, want %d", n, maps0)
-		}
+		wantStoreMaps(t, h, "after the restart", maps0)
 	})
 }
 
@@ -191,16 +188,16 @@ func serveChild(t *testing.T, bin, root, sock string) (*exec.Cmd, string) {
 // not change, and the dead router's references are ARTIFACT_GONE.
 func TestFaultRouterCrashLeavesAnOrphanStore(t *testing.T) {
 	base := leakcheck.Goroutines()
-	fdBase, _ := leakcheck.FDs()
+	fdBase := shmtest.FDs(t)
 	// Registered first, so it runs after every other cleanup.
 	t.Cleanup(func() {
 		leakcheck.WaitGoroutines(t, base)
-		waitFor(t, "descriptors to close", func() bool { n, _ := leakcheck.FDs(); return n <= fdBase })
+		waitFor(t, "descriptors to close", func() bool { return shmtest.FDs(t) <= fdBase })
 	})
 	tmp := t.TempDir()
 	bin := flybusBinary(t, tmp)
 	root := shmtest.Dir(t, "flybus-test-")
-	maps0, _ := leakcheck.Mappings(root)
+	maps0 := shmtest.Mappings(t, root)
 	ctx := ctxT(t)
 
 	// A live in-process router on the same root, with an artifact of its own.
@@ -261,8 +258,8 @@ func TestFaultRouterCrashLeavesAnOrphanStore(t *testing.T) {
 	if !bytes.Equal(v.Bytes(), data) {
 		t.Fatal("bytes mapped from the crashed router's store changed when it was removed")
 	}
-	if ents, _ := os.ReadDir(root); len(ents) != 2 {
-		t.Fatalf("store root holds %d entries, want the live and the new store", len(ents))
+	if ents, err := os.ReadDir(root); err != nil || len(ents) != 2 {
+		t.Fatalf("store root holds %d entries, want the live and the new store (%v)", len(ents), err)
 	}
 	nc := inMemory(t, next)
 	rp := newRaw(t, nc)
@@ -282,10 +279,10 @@ func TestFaultRouterCrashLeavesAnOrphanStore(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ents, _ := os.ReadDir(root); len(ents) != 0 {
-		t.Fatalf("store root not empty after both routers stopped: %v", ents)
+	if ents, err := os.ReadDir(root); err != nil || len(ents) != 0 {
+		t.Fatalf("store root not empty after both routers stopped: %v %v", ents, err)
 	}
-	if m, _ := leakcheck.Mappings(root); m != maps0 {
+	if m := shmtest.Mappings(t, root); m != maps0 {
 		t.Fatalf("mappings: %d, want %d", m, maps0)
 	}
 }

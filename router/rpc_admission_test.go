@@ -15,9 +15,7 @@ import (
 // watermark even when admission refuses it, and gaps are fine.
 func TestCallIDWatermark(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		svc := newPeer(t, h, "wm-svc")
-		inc := svc.register("wm.svc", 8, 8)
-		c := newPeer(t, h, "wm-caller")
+		svc, c, inc := servicePeers(t, h, "wm.svc", 8, 8)
 		c.callOK(5, "wm.svc")
 		admitted := h.r.Stats().CallsTotal
 
@@ -60,9 +58,7 @@ func TestCallIDWatermark(t *testing.T) {
 // refused because its delivery would not.
 func TestDeliverySizeIsCheckedAtAdmission(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		svc := newPeer(t, h, "size-svc")
-		inc := svc.register("size.svc", 4, 4)
-		c := newPeer(t, h, "size-caller")
+		svc, c, inc := servicePeers(t, h, "size.svc", 4, 4)
 		pad := func(n int) string { return `{"p":"` + strings.Repeat("x", n) + `"}` }
 		longest := uint64(math.MaxUint64)
 		envLen := func(h wire.Header, body wire.Body) int { return len(wire.AppendEnvelope(nil, h, body, nil)) }
@@ -122,9 +118,7 @@ func TestActiveCallLimit(t *testing.T) {
 	l := wire.DefaultLimits()
 	l.MaxActiveCallsPerClient = 2
 	forEachTransport(t, router.Config{Policy: router.OpenPolicy(), Limits: l}, func(t *testing.T, h *harness) {
-		svc := newPeer(t, h, "act-svc")
-		svc.register("act.svc", 8, 1)
-		c := newPeer(t, h, "act-caller")
+		svc, c, _ := servicePeers(t, h, "act.svc", 8, 1)
 		full := func(n uint64) {
 			t.Helper()
 			wantErr(t, fmt.Sprintf("call-%d over the limit", n), c.callErr(n, "act.svc"), wire.ErrBackpressure, wire.NotDispatched)
@@ -183,9 +177,7 @@ func TestActiveCallLimit(t *testing.T) {
 // back to back must all be admitted, every time.
 func TestFreeCreditsAdmitPipelinedCalls(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		svc := newPeer(t, h, "cq-svc")
-		svc.register("cq.svc", 1, 4)
-		c := newPeer(t, h, "cq-caller")
+		svc, c, _ := servicePeers(t, h, "cq.svc", 1, 4)
 		n := uint64(0)
 		for round := range 10 {
 			var msgs []uint64
@@ -276,9 +268,7 @@ func TestResultsRespectCallerOwnerBudget(t *testing.T) {
 // sender was never issued must be refused, not admitted and dropped.
 func TestCallAndReplyAttachmentsAreValidated(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		svc := newPeer(t, h, "att-svc")
-		svc.register("att.svc", 4, 4)
-		c := newPeer(t, h, "att-caller")
+		svc, c, _ := servicePeers(t, h, "att.svc", 4, 4)
 		att := []wire.Attachment{{Name: "frame", OwnerID: wire.HoldOwner(1), Ref: wire.ArtifactRef{
 			StoreID: h.r.StoreID(), ArtifactID: 1, Generation: 1, ByteLength: 1228800, ContentType: "image/x-rgba"}}}
 

@@ -101,9 +101,7 @@ func TestCancelOrderings(t *testing.T) {
 	for name, fn := range cases {
 		t.Run(name, func(t *testing.T) {
 			forEachTransport(t, open(), func(t *testing.T, h *harness) {
-				svc := newPeer(t, h, "cx-svc")
-				svc.register("cx.svc", 4, 1)
-				c := newPeer(t, h, "cx-caller")
+				svc, c, _ := servicePeers(t, h, "cx.svc", 4, 1)
 				fn(t, h, svc, c)
 				drained(t, h)
 			})
@@ -116,9 +114,7 @@ func TestCancelOrderings(t *testing.T) {
 // not routed and execution-unknown (no result, no root).
 func TestCancelRacingReply(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		svc := newPeer(t, h, "race-svc")
-		svc.register("race.svc", 4, 4)
-		c := newPeer(t, h, "race-caller")
+		svc, c, _ := servicePeers(t, h, "race.svc", 4, 4)
 		var routedN, detachedN int
 		for i := range 40 {
 			n := uint64(i + 1)

@@ -13,10 +13,8 @@ import (
 // both its delivery id and its call id.
 func TestForgedRepliesAreRefused(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		svc := newPeer(t, h, "forge-svc")
-		svc.register("forge.svc", 4, 4)
+		svc, c, _ := servicePeers(t, h, "forge.svc", 4, 4)
 		forger := newPeer(t, h, "forger")
-		c := newPeer(t, h, "forge-caller")
 		c.callOK(1, "forge.svc")
 		req := svc.request()
 
@@ -120,9 +118,7 @@ func TestDeliveryConsumedBatches(t *testing.T) {
 	l := wire.DefaultLimits()
 	l.MaxServiceQueued, l.MaxServiceInFlight = 64, 64
 	forEachTransport(t, router.Config{Policy: router.OpenPolicy(), Limits: l}, func(t *testing.T, h *harness) {
-		svc := newPeer(t, h, "batch-svc")
-		svc.register("batch.svc", 64, 64)
-		c := newPeer(t, h, "batch-caller")
+		svc, c, _ := servicePeers(t, h, "batch.svc", 64, 64)
 		reqs := make([]*wire.Request, 64)
 		ids := make([]wire.DeliveryID, 64)
 		for i := range 64 {
@@ -179,9 +175,7 @@ func TestDeliveryConsumedBatches(t *testing.T) {
 // when it is answered; queued calls then dispatch in order.
 func TestConsumptionReturnsCredits(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		svc := newPeer(t, h, "credit-svc")
-		svc.register("credit.svc", 4, 1)
-		c := newPeer(t, h, "credit-caller")
+		svc, c, _ := servicePeers(t, h, "credit.svc", 4, 1)
 		for n := uint64(1); n <= 3; n++ {
 			c.callOK(n, "credit.svc")
 		}
@@ -217,9 +211,7 @@ func TestConsumptionReturnsCredits(t *testing.T) {
 // after it is gone, both dispatched.
 func TestResponderRelease(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		svc := newPeer(t, h, "rel-svc")
-		svc.register("rel.svc", 4, 4)
-		c := newPeer(t, h, "rel-caller")
+		svc, c, _ := servicePeers(t, h, "rel.svc", 4, 4)
 
 		c.callOK(1, "rel.svc")
 		r1 := svc.request()
@@ -252,11 +244,8 @@ func TestResponderRelease(t *testing.T) {
 		wantErr(t, "release of a never-issued delivery",
 			svc.refused(wire.OpRPCResponderRelease, &wire.ResponderRelease{CallID: r2.CallID, RequestDeliveryID: r2.DeliveryID + 100}),
 			wire.ErrOwnerInvalid, wire.NotDispatched)
-		if !svc.replyTo(r2, `{}`) {
-			t.Fatal("reply after a refused release was not routed")
-		}
-		c.consume(c.result().DeliveryID)
-		svc.consume(r2.DeliveryID)
+		// Neither took the capability: the reply is routed.
+		svc.finishCall(c, r2)
 
 		// After the service unregisters, the final release reports the
 		// lost route.

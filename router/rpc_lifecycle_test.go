@@ -14,9 +14,7 @@ import (
 // then goes nowhere; nothing is left once the service closes its request.
 func TestCallerDisconnectWithQueuedAndDispatchedCalls(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		svc := newPeer(t, h, "cd-svc")
-		svc.register("cd.svc", 4, 1)
-		c := newPeer(t, h, "cd-caller")
+		svc, c, _ := servicePeers(t, h, "cd.svc", 4, 1)
 
 		// A completed call whose result the caller never consumes.
 		c.callOK(1, "cd.svc")
@@ -72,10 +70,7 @@ func TestRouteRemovedAudience(t *testing.T) {
 		elsewhere := newPeer(t, h, "rr-elsewhere")
 
 		finished.callOK(1, "rr.svc")
-		r0 := svc.request()
-		svc.replyTo(r0, `{}`)
-		finished.consume(finished.result().DeliveryID)
-		svc.consume(r0.DeliveryID)
+		svc.finishCall(finished, svc.request())
 
 		dispatched.callOK(1, "rr.svc")
 		req := svc.request()
@@ -95,11 +90,7 @@ func TestRouteRemovedAudience(t *testing.T) {
 		elsewhere.quiet(wire.OpRouteRemoved)
 		other.quiet(wire.OpRouteRemoved)
 		// The dispatched call is still answerable.
-		if !svc.replyTo(req, `{}`) {
-			t.Fatal("dispatched call not answerable after unregister")
-		}
-		dispatched.consume(dispatched.result().DeliveryID)
-		svc.consume(req.DeliveryID)
+		svc.finishCall(dispatched, req)
 		dispatched.quiet(wire.OpCallFailed)
 
 		// A service that disconnects: the same audience, and its dispatched
@@ -115,9 +106,7 @@ func TestRouteRemovedAudience(t *testing.T) {
 		}
 		wantErr(t, "dispatched call of a departed service", dispatched.callFailed().Err(), wire.ErrNoService, wire.Dispatched)
 		elsewhere.quiet(wire.OpRouteRemoved)
-		other.replyTo(otherReq, `{}`)
-		elsewhere.consume(elsewhere.result().DeliveryID)
-		other.consume(otherReq.DeliveryID)
+		other.finishCall(elsewhere, otherReq)
 		drained(t, h)
 	})
 }

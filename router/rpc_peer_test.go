@@ -3,6 +3,7 @@ package router_test
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -186,6 +187,17 @@ func (p *peer) register(name string, queued, inFlight uint32) wire.ServiceInc {
 	return p.ok(wire.OpServiceRegister, &wire.Register{Name: name, MaxQueued: queued, MaxInFlight: inFlight}).(*wire.RegisterOK).ServiceIncarnation
 }
 
+// servicePeers registers name on a raw peer and says hello with a second,
+// the caller: where most raw RPC tests start. For a name "x.svc" the peers
+// are x-svc and x-caller.
+func servicePeers(t *testing.T, h *harness, name string, queued, inFlight uint32) (svc, c *peer, inc wire.ServiceInc) {
+	t.Helper()
+	prefix, _, _ := strings.Cut(name, ".")
+	svc = newPeer(t, h, prefix+"-svc")
+	inc = svc.register(name, queued, inFlight)
+	return svc, newPeer(t, h, prefix+"-caller"), inc
+}
+
 func callBody(n uint64, target, payload string) *wire.Call {
 	return &wire.Call{CallID: wire.CallID(n), Target: target, Method: "Test.Method", Payload: wire.RawJSON(payload)}
 }
@@ -215,6 +227,22 @@ func (p *peer) replyTo(req *wire.Request, outcome string) bool {
 		p.t.Fatalf("%s: reply to %s refused: %v", p.name, req.CallID, f.Err)
 	}
 	return f.Body.(*wire.Routed).Routed
+}
+
+// finishCall answers req with {} (the reply must be routed to caller) and
+// consumes the caller's result and the request, each releasing its root: a
+// call that leaves nothing behind.
+func (p *peer) finishCall(caller *peer, req *wire.Request) {
+	p.t.Helper()
+	if !p.replyTo(req, `{}`) {
+		p.t.Fatalf("%s: reply to %s was not routed", p.name, req.CallID)
+	}
+	if n := caller.consume(caller.result().DeliveryID); n != 1 {
+		p.t.Fatalf("%s: the result of %s released %d", caller.name, req.CallID, n)
+	}
+	if n := p.consume(req.DeliveryID); n != 1 {
+		p.t.Fatalf("%s: the request of %s released %d", p.name, req.CallID, n)
+	}
 }
 
 func (p *peer) cancel(n uint64) wire.CancelState {

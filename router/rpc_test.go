@@ -165,9 +165,8 @@ func TestFIFODispatchWithOutOfOrderCompletion(t *testing.T) {
 		for i := range 4 {
 			req := nextRequest(t, ctx, svc)
 			var a counterArgs
-			_ = req.Decode(&a)
-			if a.Amount != i {
-				t.Fatalf("dispatch %d carried %d: not FIFO", i, a.Amount)
+			if err := req.Decode(&a); err != nil || a.Amount != i {
+				t.Fatalf("dispatch %d carried %d: not FIFO (%v)", i, a.Amount, err)
 			}
 			reqs = append(reqs, req)
 		}
@@ -180,9 +179,8 @@ func TestFIFODispatchWithOutOfOrderCompletion(t *testing.T) {
 		for i, p := range calls {
 			res := mustResult(t, ctx, p)
 			var got counterResult
-			_ = res.Decode(&got)
-			if got.Total != i || res.CallID != p.CallID() {
-				t.Fatalf("call %d got %+v", i, got)
+			if err := res.Decode(&got); err != nil || got.Total != i || res.CallID != p.CallID() {
+				t.Fatalf("call %d got %+v: %v", i, got, err)
 			}
 			res.Close()
 		}
@@ -209,50 +207,89 @@ func TestServiceQueueBackpressure(t *testing.T) {
 		}
 		// Consuming the in-flight request returns its credit: the next one
 		// is dispatched.
-		req.Reply(ctx, nil)
-		req.Close()
-		if _, err := first.Result(ctx); err != nil {
-			t.Fatal(err)
-		}
+		answerCall(t, ctx, req, first, nil)
 		req2 := nextRequest(t, ctx, svc)
 		req2.Close()
 	})
 }
 
-// dispatchedAndQueued makes two calls to target, whose service svc takes
-// one request at a time (MaxInFlight 1): the first is dispatched and its
-// request taken, the second stays queued behind it.
-func dispatchedAndQueued(t *testing.T, ctx context.Context, caller *client.Client, svc *client.Service, target string) (dispatched, queued *client.PendingCall, req *client.Request) {
+// heldCalls is a service that takes one request at a time and two calls
+// to it: the first dispatched, the second queued behind it.
+type heldCalls struct {
+	svcClient, caller  *client.Client
+	svc                *client.Service
+	dispatched, queued *client.PendingCall
+	req                *client.Request // the dispatched call's, taken
+}
+
+// dispatchedAndQueued registers name on client "svc" (MaxQueued 4,
+// MaxInFlight 1), dials a caller and makes two calls: the first is
+// dispatched and its request taken, the second stays queued behind it.
+func (h *harness) dispatchedAndQueued(name string) heldCalls {
+	h.t.Helper()
+	t, ctx := h.t, ctxT(h.t)
+	var hc heldCalls
+	hc.svcClient, hc.caller, hc.svc = h.serviceAndCaller("svc", name, client.ServiceConfig{MaxQueued: 4, MaxInFlight: 1})
+	hc.dispatched = mustCall(t, ctx, hc.caller, name, 0, "M", nil)
+	hc.queued = mustCall(t, ctx, hc.caller, name, 0, "M", nil)
+	hc.req = nextRequest(t, ctx, hc.svc)
+	return hc
+}
+
+// callTaken makes a call to target, whose service svc has a free credit,
+// and takes the request it is dispatched as.
+func callTaken(t *testing.T, ctx context.Context, caller *client.Client, svc *client.Service, target string) (*client.PendingCall, *client.Request) {
 	t.Helper()
-	dispatched = mustCall(t, ctx, caller, target, 0, "M", nil)
-	queued = mustCall(t, ctx, caller, target, 0, "M", nil)
-	return dispatched, queued, nextRequest(t, ctx, svc)
+	p := mustCall(t, ctx, caller, target, 0, "M", nil)
+	return p, nextRequest(t, ctx, svc)
+}
+
+// replyRouted answers req with outcome, which must reach its caller, and
+// closes the request.
+func replyRouted(t *testing.T, ctx context.Context, req *client.Request, outcome any) {
+	t.Helper()
+	if routed, err := req.Reply(ctx, outcome); err != nil || !routed {
+		t.Fatalf("reply to %s (%s): routed=%v %v", req.CallID, req.Method, routed, err)
+	}
+	req.Close()
+}
+
+// answerCall answers req, the request of p, and takes and closes p's
+// result: a call that leaves nothing behind.
+func answerCall(t *testing.T, ctx context.Context, req *client.Request, p *client.PendingCall, outcome any) {
+	t.Helper()
+	replyRouted(t, ctx, req, outcome)
+	mustResult(t, ctx, p).Close()
+}
+
+// wantResultErr waits for p's result, which must fail with code c and
+// dispatch d.
+func wantResultErr(t *testing.T, ctx context.Context, what string, p *client.PendingCall, c wire.ErrorCode, d wire.Dispatch) {
+	t.Helper()
+	if _, err := p.Result(ctx); code(t, err) != c || dispatchOf(t, err) != d {
+		t.Fatalf("%s: got %v, want %s (%s)", what, err, c, d)
+	}
 }
 
 func TestCancelStates(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		_, caller, svc := h.serviceAndCaller("svc", "cancel.svc", client.ServiceConfig{MaxQueued: 4, MaxInFlight: 1})
-		dispatched, queued, req := dispatchedAndQueued(t, ctx, caller, svc, "cancel.svc")
-		if st, err := queued.Cancel(ctx); err != nil || st != wire.CancelledBeforeDispatch {
+		hc := h.dispatchedAndQueued("cancel.svc")
+		if st, err := hc.queued.Cancel(ctx); err != nil || st != wire.CancelledBeforeDispatch {
 			t.Fatalf("queued cancel: %v %v", st, err)
 		}
-		if _, err := queued.Result(ctx); code(t, err) != wire.ErrCallGone || dispatchOf(t, err) != wire.NotDispatched {
-			t.Fatalf("result after cancel-before-dispatch: %v", err)
-		}
-		if st, err := dispatched.Cancel(ctx); err != nil || st != wire.ExecutionUnknown {
+		wantResultErr(t, ctx, "result after cancel-before-dispatch", hc.queued, wire.ErrCallGone, wire.NotDispatched)
+		if st, err := hc.dispatched.Cancel(ctx); err != nil || st != wire.ExecutionUnknown {
 			t.Fatalf("dispatched cancel: %v %v", st, err)
 		}
 		// The detached call can still be answered; the reply goes nowhere.
-		if routed, err := req.Reply(ctx, nil); err != nil || routed {
+		if routed, err := hc.req.Reply(ctx, nil); err != nil || routed {
 			t.Fatalf("reply to detached call: routed=%v %v", routed, err)
 		}
-		req.Close()
+		hc.req.Close()
 		// A completed call reports completed, and its result stays valid.
-		done, _ := caller.Call(ctx, "cancel.svc", 0, "M", nil)
-		req2, _ := svc.Next(ctx)
-		req2.Reply(ctx, counterResult{Total: 7})
-		req2.Close()
+		done, req2 := callTaken(t, ctx, hc.caller, hc.svc, "cancel.svc")
+		replyRouted(t, ctx, req2, counterResult{Total: 7})
 		res := mustResult(t, ctx, done)
 		if st, err := done.Cancel(ctx); err != nil || st != wire.Completed {
 			t.Fatalf("completed cancel: %v %v", st, err)
@@ -270,34 +307,25 @@ func TestSecondReplyIsCallGone(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		_, caller, svc := h.serviceAndCaller("svc", "once.svc", client.ServiceConfig{})
-		p, _ := caller.Call(ctx, "once.svc", 0, "M", nil)
-		req, _ := svc.Next(ctx)
-		if _, err := req.Reply(ctx, nil); err != nil {
-			t.Fatal(err)
+		p, req := callTaken(t, ctx, caller, svc, "once.svc")
+		if routed, err := req.Reply(ctx, nil); err != nil || !routed {
+			t.Fatalf("first reply: routed=%v %v", routed, err)
 		}
 		if _, err := req.Reply(ctx, nil); code(t, err) != wire.ErrCallGone {
 			t.Fatalf("second reply: %v", err)
 		}
 		req.Close()
-		res := mustResult(t, ctx, p)
-		res.Close()
+		mustResult(t, ctx, p).Close()
 	})
 }
 
 func TestServiceDisconnectFailsCalls(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		svcClient, caller, svc := h.serviceAndCaller("svc", "gone.svc", client.ServiceConfig{MaxQueued: 4, MaxInFlight: 1})
-		dispatched, queued, _ := dispatchedAndQueued(t, ctx, caller, svc, "gone.svc")
-		svcClient.Close()
-		_, err := queued.Result(ctx)
-		if code(t, err) != wire.ErrNoService || dispatchOf(t, err) != wire.NotDispatched {
-			t.Fatalf("queued call: %v", err)
-		}
-		_, err = dispatched.Result(ctx)
-		if code(t, err) != wire.ErrNoService || dispatchOf(t, err) != wire.Dispatched {
-			t.Fatalf("dispatched call: %v", err)
-		}
+		hc := h.dispatchedAndQueued("gone.svc")
+		hc.svcClient.Close()
+		wantResultErr(t, ctx, "queued call", hc.queued, wire.ErrNoService, wire.NotDispatched)
+		wantResultErr(t, ctx, "dispatched call", hc.dispatched, wire.ErrNoService, wire.Dispatched)
 		waitFor(t, "state to drain", func() bool { s := h.r.Stats(); return s.Calls == 0 && s.Services == 0 })
 	})
 }
@@ -305,18 +333,11 @@ func TestServiceDisconnectFailsCalls(t *testing.T) {
 func TestUnregisterKeepsDispatchedCallsAnswerable(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		_, caller, svc := h.serviceAndCaller("svc", "unreg.svc", client.ServiceConfig{MaxQueued: 4, MaxInFlight: 1})
-		dispatched, queued, req := dispatchedAndQueued(t, ctx, caller, svc, "unreg.svc")
-		svc.Close()
-		if _, err := queued.Result(ctx); code(t, err) != wire.ErrNoService || dispatchOf(t, err) != wire.NotDispatched {
-			t.Fatalf("queued call: %v", err)
-		}
-		if routed, err := req.Reply(ctx, counterResult{Total: 1}); err != nil || !routed {
-			t.Fatalf("reply after unregister: %v %v", routed, err)
-		}
-		req.Close()
-		res := mustResult(t, ctx, dispatched)
-		res.Close()
+		hc := h.dispatchedAndQueued("unreg.svc")
+		hc.svc.Close()
+		wantResultErr(t, ctx, "queued call", hc.queued, wire.ErrNoService, wire.NotDispatched)
+		// The dispatched call is still answered.
+		answerCall(t, ctx, hc.req, hc.dispatched, counterResult{Total: 1})
 	})
 }
 
@@ -324,8 +345,7 @@ func TestResponderReleaseSettlesCall(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		_, caller, svc := h.serviceAndCaller("svc", "resp.svc", client.ServiceConfig{})
-		p1, _ := caller.Call(ctx, "resp.svc", 0, "M", nil)
-		req, _ := svc.Next(ctx)
+		p1, req := callTaken(t, ctx, caller, svc, "resp.svc")
 		// A responder outlives its request.
 		resp := req.Responder()
 		req.Close()
@@ -333,16 +353,11 @@ func TestResponderReleaseSettlesCall(t *testing.T) {
 			t.Fatalf("responder reply: %v %v", routed, err)
 		}
 		resp.Close()
-		res := mustResult(t, ctx, p1)
-		res.Close()
+		mustResult(t, ctx, p1).Close()
 		// Dropping every capability without a reply ends the call.
-		p2, _ := caller.Call(ctx, "resp.svc", 0, "M", nil)
-		req2, _ := svc.Next(ctx)
+		p2, req2 := callTaken(t, ctx, caller, svc, "resp.svc")
 		req2.Close()
-		_, err := p2.Result(ctx)
-		if code(t, err) != wire.ErrCallGone || dispatchOf(t, err) != wire.Dispatched {
-			t.Fatalf("released call: %v", err)
-		}
+		wantResultErr(t, ctx, "released call", p2, wire.ErrCallGone, wire.Dispatched)
 	})
 }
 
@@ -350,21 +365,15 @@ func TestStatusAnsweredWhileHandlerDelayed(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		_, caller, svc := h.serviceAndCaller("agent", "agent.status", client.ServiceConfig{})
-		slow, _ := caller.Call(ctx, "agent.status", 0, "Agent.Step", nil)
-		status, _ := caller.Call(ctx, "agent.status", 0, "Agent.Status", nil)
-		stepReq, _ := svc.Next(ctx) // held: a long mutation
-		statusReq, _ := svc.Next(ctx)
-		if statusReq.Method != "Agent.Status" {
-			t.Fatalf("second request %s", statusReq.Method)
+		slow := mustCall(t, ctx, caller, "agent.status", 0, "Agent.Step", nil)
+		status := mustCall(t, ctx, caller, "agent.status", 0, "Agent.Status", nil)
+		stepReq := nextRequest(t, ctx, svc) // held: a long mutation
+		statusReq := nextRequest(t, ctx, svc)
+		if stepReq.Method != "Agent.Step" || statusReq.Method != "Agent.Status" {
+			t.Fatalf("requests %s, %s", stepReq.Method, statusReq.Method)
 		}
-		statusReq.Reply(ctx, nil)
-		statusReq.Close()
-		res := mustResult(t, ctx, status)
-		res.Close()
-		stepReq.Reply(ctx, nil)
-		stepReq.Close()
-		res = mustResult(t, ctx, slow)
-		res.Close()
+		answerCall(t, ctx, statusReq, status, nil)
+		answerCall(t, ctx, stepReq, slow, nil)
 	})
 }
 
@@ -408,25 +417,22 @@ func TestAbandonedCallLeaksNothing(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		_, caller, svc := h.serviceAndCaller("svc", "abandon.svc", client.ServiceConfig{})
-		p, _ := caller.Call(ctx, "abandon.svc", 0, "M", nil)
+		p, req := callTaken(t, ctx, caller, svc, "abandon.svc")
 		short, cancel := context.WithCancel(ctx)
 		cancel()
 		if _, err := p.Result(short); !errors.Is(err, context.Canceled) {
 			t.Fatalf("expired wait: %v", err)
 		}
-		req, _ := svc.Next(ctx)
-		req.Reply(ctx, nil)
-		req.Close()
 		// Result is safe to call again after the context expired.
-		res := mustResult(t, ctx, p)
-		res.Close()
+		answerCall(t, ctx, req, p, nil)
 		// A call abandoned after dispatch: whether the cancel or the reply
 		// reaches the router first, the SDK consumes any late result and
 		// nothing stays owned.
-		p2, _ := caller.Call(ctx, "abandon.svc", 0, "M", nil)
-		req2 := nextRequest(t, ctx, svc)
+		p2, req2 := callTaken(t, ctx, caller, svc, "abandon.svc")
 		p2.Close()
-		req2.Reply(ctx, nil)
+		if _, err := req2.Reply(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
 		req2.Close()
 		waitFor(t, "no owners or calls", func() bool { s := h.r.Stats(); return s.Calls == 0 && s.Owners == 0 })
 	})

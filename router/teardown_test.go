@@ -47,14 +47,8 @@ func TestTeardownAfterHalfAFrame(t *testing.T) {
 				torn.sendBytes(cut(frame))
 				torn.nc.Close()
 
-				_, err = dispatched.Result(ctx)
-				if code(t, err) != wire.ErrNoService || dispatchOf(t, err) != wire.Dispatched {
-					t.Fatalf("dispatched call: %v", err)
-				}
-				_, err = queued.Result(ctx)
-				if code(t, err) != wire.ErrNoService || dispatchOf(t, err) != wire.NotDispatched {
-					t.Fatalf("queued call: %v", err)
-				}
+				wantResultErr(t, ctx, "dispatched call", dispatched, wire.ErrNoService, wire.Dispatched)
+				wantResultErr(t, ctx, "queued call", queued, wire.ErrNoService, wire.NotDispatched)
 				// The torn client's own call detached: its request stays
 				// valid and the reply goes nowhere.
 				if routed, err := inbound.Reply(ctx, nil); err != nil || routed {

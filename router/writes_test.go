@@ -67,8 +67,7 @@ func TestStalledSubscriberIsWrittenByItsOwnWriter(t *testing.T) {
 // window: a subscriber that can leave its socket unread.
 func (h *harness) rawBoundedSubscriber(pubID, subID, topic string) (*client.Client, *raw) {
 	h.t.Helper()
-	pub := h.dial(pubID)
-	mustDeclare(h.t, pub, topic, wire.RetainNone)
+	pub := h.dialWithTopic(pubID, topic, wire.RetainNone)
 	r := newRaw(h.t, h.conn(""))
 	r.hello(subID)
 	l := wire.DefaultLimits()
@@ -102,13 +101,18 @@ func TestPublishBehindItsSealSeesItSealed(t *testing.T) {
 			}
 			ref := wire.ArtifactRef{StoreID: alloc.WriteLocation.StoreID, ArtifactID: alloc.ArtifactID, Generation: alloc.Generation,
 				ByteLength: uint64(len(data)), ContentType: "x/y", Digest: wire.Some(digest)}
-			var b []byte
 			r.id++
-			b, _ = wire.AppendFrame(b, wire.Header{ID: r.id, Kind: wire.KindCommand, Op: wire.OpArtifactSeal},
+			b, err := wire.AppendFrame(nil, wire.Header{ID: r.id, Kind: wire.KindCommand, Op: wire.OpArtifactSeal},
 				&wire.Seal{ArtifactID: alloc.ArtifactID, Generation: alloc.Generation, OwnerID: alloc.OwnerID, Digest: wire.Some(digest)}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
 			r.id++
-			b, _ = wire.AppendFrame(b, wire.Header{ID: r.id, Kind: wire.KindCommand, Op: wire.OpPublish},
+			b, err = wire.AppendFrame(b, wire.Header{ID: r.id, Kind: wire.KindCommand, Op: wire.OpPublish},
 				&wire.Publish{Topic: "piped", Payload: wire.RawJSON(`{}`)}, []wire.Attachment{{Name: "frame", Ref: ref, OwnerID: alloc.OwnerID}})
+			if err != nil {
+				t.Fatal(err)
+			}
 			before := h.r.Stats().Publications
 			r.sendBytes(b)
 			var sealed wire.SealOK
