@@ -31,19 +31,55 @@ func writeFile(t testing.TB, dir string, data []byte) string {
 	return p
 }
 
+// newFile writes data to a file in a fresh directory on /dev/shm and
+// returns both.
+func newFile(t testing.TB, data []byte) (dir, p string) {
+	t.Helper()
+	dir = shmtest.Dir(t, "flybus-mmap-test-")
+	return dir, writeFile(t, dir, data)
+}
+
+// readOnly is newFile of pattern(n), opened read-only and closed when the
+// test ends.
+func readOnly(t testing.TB, n int) (dir string, f *os.File) {
+	t.Helper()
+	dir, p := newFile(t, pattern(n))
+	f = openRead(t, p)
+	t.Cleanup(func() { f.Close() })
+	return dir, f
+}
+
 func openRead(t testing.TB, p string) *os.File {
 	t.Helper()
-	f, err := os.Open(p)
+	return open(t, p, os.O_RDONLY)
+}
+
+func openRW(t testing.TB, p string) *os.File {
+	t.Helper()
+	return open(t, p, os.O_RDWR)
+}
+
+func open(t testing.TB, p string, flag int) *os.File {
+	t.Helper()
+	f, err := os.OpenFile(p, flag, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return f
 }
 
+// wantMappings fails unless this process holds n mappings of files under
+// dir.
+func wantMappings(t testing.TB, dir string, n int, when string) {
+	t.Helper()
+	if got := shmtest.Mappings(t, dir); got != n {
+		t.Fatalf("mappings %s = %d, want %d", when, got, n)
+	}
+}
+
 func TestView(t *testing.T) {
-	dir := shmtest.Dir(t, "flybus-mmap-test-")
 	want := pattern(1228800)
-	p := writeFile(t, dir, want)
+	dir, p := newFile(t, want)
 	fdsBefore := shmtest.FDs(t)
 
 	f := openRead(t, p)
@@ -59,9 +95,7 @@ func TestView(t *testing.T) {
 	if !bytes.Equal(v.Bytes(), want) || v.Len() != len(want) {
 		t.Fatal("view bytes differ from the file")
 	}
-	if n := shmtest.Mappings(t, dir); n != 1 {
-		t.Fatalf("mappings while open = %d, want 1", n)
-	}
+	wantMappings(t, dir, 1, "while open")
 	if err := v.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -71,18 +105,15 @@ func TestView(t *testing.T) {
 	if v.Bytes() != nil || v.Len() != 0 {
 		t.Fatal("Bytes after Close is not nil")
 	}
-	if n := shmtest.Mappings(t, dir); n != 0 {
-		t.Fatalf("mappings after Close = %d, want 0", n)
-	}
+	wantMappings(t, dir, 0, "after Close")
 	if n := shmtest.FDs(t); n != fdsBefore {
 		t.Fatalf("descriptors: %d before, %d after", fdsBefore, n)
 	}
 }
 
 func TestViewOutlivesUnlink(t *testing.T) {
-	dir := shmtest.Dir(t, "flybus-mmap-test-")
 	want := pattern(3 * 4096)
-	p := writeFile(t, dir, want)
+	dir, p := newFile(t, want)
 	f := openRead(t, p)
 	v, err := mmap.MapFile(f, int64(len(want)))
 	f.Close()
@@ -97,16 +128,11 @@ func TestViewOutlivesUnlink(t *testing.T) {
 		t.Fatal("view changed after unlink")
 	}
 	// The kernel still lists the mapping, marked deleted.
-	if n := shmtest.Mappings(t, dir); n != 1 {
-		t.Fatalf("mappings of unlinked file = %d, want 1", n)
-	}
+	wantMappings(t, dir, 1, "of the unlinked file")
 }
 
 func TestViewSizes(t *testing.T) {
-	dir := shmtest.Dir(t, "flybus-mmap-test-")
-	p := writeFile(t, dir, pattern(100))
-	f := openRead(t, p)
-	defer f.Close()
+	dir, f := readOnly(t, 100)
 
 	// A prefix is fine, and may end inside a page.
 	v, err := mmap.MapFile(f, 10)
@@ -138,19 +164,13 @@ func TestViewSizes(t *testing.T) {
 			t.Errorf("MapWritable(size %d) = %v, want ErrSize", size, err)
 		}
 	}
-	if n := shmtest.Mappings(t, dir); n != 0 {
-		t.Fatalf("refused maps left %d mappings", n)
-	}
+	wantMappings(t, dir, 0, "after refused maps")
 }
 
 func TestWritable(t *testing.T) {
-	dir := shmtest.Dir(t, "flybus-mmap-test-")
 	const size = 1228800
-	p := writeFile(t, dir, make([]byte, size))
-	f, err := os.OpenFile(p, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, p := newFile(t, make([]byte, size))
+	f := openRW(t, p)
 	w, err := mmap.MapWritable(f, size)
 	f.Close()
 	if err != nil {
@@ -174,16 +194,11 @@ func TestWritable(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Fatal("file does not hold what was written through the mapping")
 	}
-	if n := shmtest.Mappings(t, dir); n != 0 {
-		t.Fatalf("mappings after Close = %d, want 0", n)
-	}
+	wantMappings(t, dir, 0, "after Close")
 }
 
 func TestWritableNeedsWriteAccess(t *testing.T) {
-	dir := shmtest.Dir(t, "flybus-mmap-test-")
-	p := writeFile(t, dir, pattern(4096))
-	f := openRead(t, p)
-	defer f.Close()
+	_, f := readOnly(t, 4096)
 	if w, err := mmap.MapWritable(f, 4096); err == nil {
 		w.Close()
 		t.Fatal("writable mapping of a read-only descriptor succeeded")
@@ -200,13 +215,10 @@ func forget(t *testing.T, p string) {
 }
 
 func TestLeakedViewIsUnmapped(t *testing.T) {
-	dir := shmtest.Dir(t, "flybus-mmap-test-")
-	p := writeFile(t, dir, pattern(4096))
+	dir, p := newFile(t, pattern(4096))
 	before := mmap.Leaked()
 	forget(t, p)
-	if n := shmtest.Mappings(t, dir); n != 1 {
-		t.Fatalf("mappings = %d, want 1", n)
-	}
+	wantMappings(t, dir, 1, "of the forgotten view")
 	// Cleanups run on their own goroutine after a collection finds the view
 	// unreachable; collect until the counter moves.
 	deadline := time.Now().Add(10 * time.Second)
@@ -217,7 +229,5 @@ func TestLeakedViewIsUnmapped(t *testing.T) {
 		runtime.GC()
 		runtime.Gosched()
 	}
-	if n := shmtest.Mappings(t, dir); n != 0 {
-		t.Fatalf("mappings after cleanup = %d, want 0", n)
-	}
+	wantMappings(t, dir, 0, "after cleanup")
 }

@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"context"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,18 +18,7 @@ import (
 // benchStoreRoot is where artifact benchmarks keep their store:
 // FLYBUS_BENCH_STORE (for example a tmpfs mounted huge=within_size), else
 // /dev/shm.
-func benchStoreRoot(b *testing.B) string {
-	base := os.Getenv("FLYBUS_BENCH_STORE")
-	if base == "" {
-		return shmtest.Dir(b, "flybus-bench-")
-	}
-	dir, err := os.MkdirTemp(base, "flybus-bench-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
+func benchStoreRoot(b *testing.B) string { return shmtest.BenchDir(b, "flybus-bench-") }
 
 // BenchmarkArtifactFrame measures, for one 1,228,800-byte frame through the
 // router over a Unix socket, each step a producer and a consumer pay, beside
@@ -58,6 +48,23 @@ func BenchmarkArtifactFrame(b *testing.B) {
 	// Warm the staging pool for this size.
 	w, _ := c.Artifacts().Allocate(ctx, frameSize, "image/x-rgba")
 	w.Close()
+	// eachWriter times step on each iteration's writer, allocated (and
+	// written, if filled) with the timer stopped; what step returns is
+	// closed with the timer stopped too.
+	eachWriter := func(b *testing.B, filled bool, step func(w *client.ArtifactWriter) io.Closer) {
+		for b.Loop() {
+			b.StopTimer()
+			w, _ := c.Artifacts().Allocate(ctx, frameSize, "image/x-rgba")
+			if filled {
+				w.Write(frame)
+			}
+			b.StartTimer()
+			done := step(w)
+			b.StopTimer()
+			done.Close()
+			b.StartTimer()
+		}
+	}
 
 	b.Run("allocate", func(b *testing.B) {
 		b.ReportAllocs()
@@ -74,50 +81,34 @@ func BenchmarkArtifactFrame(b *testing.B) {
 	b.Run("fill=write", func(b *testing.B) {
 		b.SetBytes(frameSize)
 		b.ReportAllocs()
-		for b.Loop() {
-			b.StopTimer()
-			w, _ := c.Artifacts().Allocate(ctx, frameSize, "image/x-rgba")
-			b.StartTimer()
+		eachWriter(b, false, func(w *client.ArtifactWriter) io.Closer {
 			if _, err := w.Write(frame); err != nil {
 				b.Fatal(err)
 			}
-			b.StopTimer()
-			w.Close()
-			b.StartTimer()
-		}
+			return w
+		})
 	})
 	b.Run("fill=map", func(b *testing.B) {
 		b.SetBytes(frameSize)
 		b.ReportAllocs()
-		for b.Loop() {
-			b.StopTimer()
-			w, _ := c.Artifacts().Allocate(ctx, frameSize, "image/x-rgba")
-			b.StartTimer()
+		eachWriter(b, false, func(w *client.ArtifactWriter) io.Closer {
 			m, err := w.Bytes()
 			if err != nil {
 				b.Fatal(err)
 			}
 			copy(m, frame)
-			b.StopTimer()
-			w.Close() // unmaps
-			b.StartTimer()
-		}
+			return w // Close unmaps
+		})
 	})
 	b.Run("seal=lease", func(b *testing.B) {
 		b.ReportAllocs()
-		for b.Loop() {
-			b.StopTimer()
-			w, _ := c.Artifacts().Allocate(ctx, frameSize, "image/x-rgba")
-			w.Write(frame)
-			b.StartTimer()
+		eachWriter(b, true, func(w *client.ArtifactWriter) io.Closer {
 			a, err := w.Seal(ctx)
 			if err != nil {
 				b.Fatal(err)
 			}
-			b.StopTimer()
-			a.Close()
-			b.StartTimer()
-		}
+			return a
+		})
 	})
 	b.Run("view+read", func(b *testing.B) {
 		w, _ := c.Artifacts().Allocate(ctx, frameSize, "image/x-rgba")
@@ -129,27 +120,19 @@ func BenchmarkArtifactFrame(b *testing.B) {
 		defer a.Close()
 		b.SetBytes(frameSize)
 		b.ReportAllocs()
-		var sum byte
 		for b.Loop() {
 			v, err := a.View(ctx)
 			if err != nil {
 				b.Fatal(err)
 			}
-			bs := v.Bytes()
-			for i := 0; i < len(bs); i += 64 {
-				sum += bs[i]
-			}
+			shmtest.Touch(v.Bytes())
 			v.Close()
 		}
-		_ = sum
 	})
 	b.Run("baseline=copy", func(b *testing.B) {
-		dst := make([]byte, frameSize)
 		b.SetBytes(frameSize)
 		b.ReportAllocs()
-		for b.Loop() {
-			copy(dst, frame)
-		}
+		shmtest.Copy(b, frame)
 	})
 	b.Run("baseline=pwrite", func(b *testing.B) {
 		// Into a fresh fallocated file each time, like a staging file.
@@ -181,18 +164,7 @@ func BenchmarkArtifactFrame(b *testing.B) {
 		f.WriteAt(frame, 0)
 		b.SetBytes(frameSize)
 		b.ReportAllocs()
-		var sum byte
-		for b.Loop() {
-			m, err := unix.Mmap(int(f.Fd()), 0, frameSize, unix.PROT_READ, unix.MAP_SHARED)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for i := 0; i < len(m); i += 64 {
-				sum += m[i]
-			}
-			unix.Munmap(m)
-		}
-		_ = sum
+		shmtest.MapTouch(b, int(f.Fd()), frameSize)
 	})
 	b.Run("baseline=raw-unix-pingpong", func(b *testing.B) { rawPingPong(b, 300, 1) })
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/flybus/flybus/internal/leakcheck"
+	"github.com/flybus/flybus/internal/shmtest"
 )
 
 // The behaviour tests run over a memPipe and over a connected Unix socket
@@ -671,38 +672,16 @@ func benchPingPong(b *testing.B, pair func(testing.TB) (net.Conn, net.Conn)) {
 		b.Run(fmt.Sprintf("hops=%d", hops), func(b *testing.B) {
 			c, peer := pair(b)
 			done := make(chan struct{})
-			go echo(peer, pingPongSize, done)
-			msg := make([]byte, pingPongSize)
+			go func() {
+				defer close(done)
+				shmtest.Echo(peer, pingPongSize)
+			}()
 			b.SetBytes(int64(hops * pingPongSize))
 			b.ReportAllocs()
-			for b.Loop() {
-				for range hops {
-					if _, err := c.Write(msg); err != nil {
-						b.Fatal(err)
-					}
-					if _, err := io.ReadFull(c, msg); err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
+			shmtest.PingPong(b, c, make([]byte, pingPongSize), hops)
 			c.Close()
 			<-done
 		})
-	}
-}
-
-// echo writes back every size-byte message it reads until c fails.
-func echo(c net.Conn, size int, done chan<- struct{}) {
-	defer close(done)
-	defer c.Close()
-	p := make([]byte, size)
-	for {
-		if _, err := io.ReadFull(c, p); err != nil {
-			return
-		}
-		if _, err := c.Write(p); err != nil {
-			return
-		}
 	}
 }
 

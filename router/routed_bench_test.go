@@ -70,6 +70,49 @@ func (r *benchRaw) consumeNext(msg *wire.TopicMessage, consumed *wire.Consumed, 
 	r.ok(wire.OpDeliveryConsumed, consumed, released)
 }
 
+// fanout is a publisher of one topic and n bounded subscribers to it, with
+// the bodies the subscribers consume through, reused.
+type fanout struct {
+	pub      *benchRaw
+	subs     []*benchRaw
+	msg      wire.TopicMessage
+	consumed wire.Consumed
+	released wire.Released
+}
+
+// newFanout dials pubID, which declares topic, then subscribers subID0,
+// subID1, ... to it, each allowed 4 queued messages and 1 in flight.
+func newFanout(dial func(id string) *benchRaw, topic, pubID, subID string, n int) *fanout {
+	f := &fanout{pub: dial(pubID), subs: make([]*benchRaw, n), consumed: wire.Consumed{DeliveryIDs: make([]wire.DeliveryID, 1)}}
+	f.pub.ok(wire.OpTopicDeclare, &wire.Declare{Name: topic, Retained: wire.RetainNone}, &wire.DeclareOK{})
+	for i := range f.subs {
+		f.subs[i] = dial(fmt.Sprintf("%s%d", subID, i))
+		f.subs[i].ok(wire.OpSubscribe, &wire.Subscribe{Topic: topic, Mode: wire.ModeBounded, MaxQueued: 4, MaxInFlight: 1}, &wire.SubscribeOK{})
+	}
+	return f
+}
+
+// consume has each subscriber consume its next message.
+func (f *fanout) consume() {
+	for _, s := range f.subs {
+		s.consumeNext(&f.msg, &f.consumed, &f.released)
+	}
+}
+
+// benchSteady runs op 100 times, to warm the router's lanes, maps and
+// buffers (and its store), then b.N times with the timer and the
+// allocation count running: the router's steady state.
+func benchSteady(b *testing.B, op func()) {
+	for range 100 {
+		op()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		op()
+	}
+}
+
 // benchRouter starts a router with cfg (listening on a Unix socket if
 // unix) and returns it with how to connect a benchRaw client that has
 // said hello.
@@ -116,33 +159,13 @@ func BenchmarkRoutedPublication(b *testing.B) {
 			}
 			b.Run(fmt.Sprintf("transport=%s/subscribers=%d", tr, n), func(b *testing.B) {
 				_, dial := benchRouter(b, router.Config{Policy: router.OpenPolicy()}, unix)
-				pub := dial("pub")
-				pub.ok(wire.OpTopicDeclare, &wire.Declare{Name: "t", Retained: wire.RetainNone}, &wire.DeclareOK{})
-				subs := make([]*benchRaw, n)
-				for i := range subs {
-					subs[i] = dial(fmt.Sprintf("sub%d", i))
-					subs[i].ok(wire.OpSubscribe, &wire.Subscribe{Topic: "t", Mode: wire.ModeBounded, MaxQueued: 4, MaxInFlight: 1}, &wire.SubscribeOK{})
-				}
+				fo := newFanout(dial, "t", "pub", "sub", n)
 				publish := &wire.Publish{Topic: "t", Payload: wire.RawJSON(`{"frame":1234,"width":640,"height":480}`)}
 				var pubOK wire.PublishOK
-				var msg wire.TopicMessage
-				var released wire.Released
-
-				consumed := &wire.Consumed{DeliveryIDs: make([]wire.DeliveryID, 1)}
-				round := func() {
-					pub.ok(wire.OpPublish, publish, &pubOK)
-					for _, s := range subs {
-						s.consumeNext(&msg, consumed, &released)
-					}
-				}
-				for range 100 { // warm the lanes, maps and buffers
-					round()
-				}
-				b.ReportAllocs()
-				b.ResetTimer()
-				for range b.N {
-					round()
-				}
+				benchSteady(b, func() {
+					fo.pub.ok(wire.OpPublish, publish, &pubOK)
+					fo.consume()
+				})
 			})
 		}
 	}
@@ -160,13 +183,8 @@ func BenchmarkRoutedFrame(b *testing.B) {
 		for _, n := range []int{1, 3} {
 			b.Run(fmt.Sprintf("store=%s/subscribers=%d", mode, n), func(b *testing.B) {
 				r, dial := benchRouter(b, router.Config{Policy: router.OpenPolicy(), StoreRoot: benchStoreRoot(b), StoreMode: mode}, false)
-				pub := dial("producer")
-				pub.ok(wire.OpTopicDeclare, &wire.Declare{Name: "frames", Retained: wire.RetainNone}, &wire.DeclareOK{})
-				subs := make([]*benchRaw, n)
-				for i := range subs {
-					subs[i] = dial(fmt.Sprintf("consumer%d", i))
-					subs[i].ok(wire.OpSubscribe, &wire.Subscribe{Topic: "frames", Mode: wire.ModeBounded, MaxQueued: 4, MaxInFlight: 1}, &wire.SubscribeOK{})
-				}
+				fo := newFanout(dial, "frames", "producer", "consumer", n)
+				pub := fo.pub
 				allocate := &wire.Allocate{ByteLength: 640 * 480 * 4, ContentType: "image/x-rgba"}
 				var allocOK wire.AllocateOK
 				var seal wire.Seal
@@ -176,11 +194,8 @@ func BenchmarkRoutedFrame(b *testing.B) {
 				var pubOK wire.PublishOK
 				owners := make([]wire.OwnerID, 1)
 				release := &wire.Release{OwnerIDs: owners}
-				var msg wire.TopicMessage
 				var released wire.Released
-
-				consumed := &wire.Consumed{DeliveryIDs: make([]wire.DeliveryID, 1)}
-				frame := func() {
+				benchSteady(b, func() {
 					pub.ok(wire.OpArtifactAllocate, allocate, &allocOK)
 					seal = wire.Seal{ArtifactID: allocOK.ArtifactID, Generation: allocOK.Generation, OwnerID: allocOK.OwnerID}
 					pub.ok(wire.OpArtifactSeal, &seal, &sealOK)
@@ -188,18 +203,8 @@ func BenchmarkRoutedFrame(b *testing.B) {
 					pub.okWith(wire.OpPublish, publish, atts, &pubOK)
 					owners[0] = sealOK.OwnerID
 					pub.ok(wire.OpArtifactRelease, release, &released)
-					for _, s := range subs {
-						s.consumeNext(&msg, consumed, &released)
-					}
-				}
-				for range 100 { // warm the store, lanes, maps and buffers
-					frame()
-				}
-				b.ReportAllocs()
-				b.ResetTimer()
-				for range b.N {
-					frame()
-				}
+					fo.consume()
+				})
 				b.StopTimer()
 				if st := r.Stats(); st.ArtifactRoots != 0 {
 					b.Fatalf("%d roots left after the frames", st.ArtifactRoots)

@@ -2,13 +2,12 @@ package router_test
 
 import (
 	"context"
-	"io"
 	"net"
 	"path/filepath"
 	"testing"
 
 	"github.com/flybus/flybus/client"
-	"github.com/flybus/flybus/router"
+	"github.com/flybus/flybus/internal/shmtest"
 )
 
 // BenchmarkRPCRoundTrip measures Call -> request -> Reply -> result ->
@@ -22,49 +21,18 @@ func BenchmarkRPCRoundTrip(b *testing.B) {
 			name = "transport=unix"
 		}
 		b.Run(name, func(b *testing.B) {
-			r, err := router.New(router.Config{Policy: router.OpenPolicy()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer r.Shutdown(context.Background())
-			dial := func(id string) *client.Client {
-				var nc net.Conn
-				if unix {
-					path := filepath.Join(b.TempDir(), id+".sock")
-					if _, err := r.ListenUnixAs(path, id); err != nil {
-						b.Fatal(err)
-					}
-					nc, err = net.Dial("unix", path)
-				} else {
-					nc, err = r.ConnectInMemoryAs(id)
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
-				c, err := client.Connect(context.Background(), nc, client.Config{ClientID: id})
-				if err != nil {
-					b.Fatal(err)
-				}
-				return c
-			}
+			dial := benchClients(b, unix)
 			svcClient, caller := dial("svc"), dial("caller")
-			defer svcClient.Close()
-			defer caller.Close()
 			ctx := context.Background()
 			svc, err := svcClient.Register(ctx, "bench.echo", client.ServiceConfig{})
 			if err != nil {
 				b.Fatal(err)
 			}
-			go func() {
-				for {
-					req, err := svc.Next(ctx)
-					if err != nil {
-						return
-					}
-					req.Reply(ctx, req.Payload)
-					req.Close()
-				}
-			}()
+			go serveRequests(ctx, svc, func(req *client.Request) error {
+				req.Reply(ctx, req.Payload)
+				req.Close()
+				return nil
+			})
 			payload := []byte(`{"step":12345,"agent":"fly-a","obs":{"t":0.016,"reward":1.5}}`)
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -93,19 +61,8 @@ func rawPingPong(b *testing.B, size, hops int) {
 	}
 	defer ln.Close()
 	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		buf := make([]byte, size)
-		for {
-			if _, err := io.ReadFull(c, buf); err != nil {
-				return
-			}
-			if _, err := c.Write(buf); err != nil {
-				return
-			}
+		if c, err := ln.Accept(); err == nil {
+			shmtest.Echo(c, size)
 		}
 	}()
 	c, err := net.Dial("unix", path)
@@ -113,17 +70,7 @@ func rawPingPong(b *testing.B, size, hops int) {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	msg := make([]byte, size)
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
-	for b.Loop() {
-		for range hops {
-			if _, err := c.Write(msg); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := io.ReadFull(c, msg); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	shmtest.PingPong(b, c, make([]byte, size), hops)
 }

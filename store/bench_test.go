@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/flybus/flybus/internal/shmtest"
 	"github.com/flybus/flybus/mmap"
 	"golang.org/x/sys/unix"
 )
@@ -14,39 +15,13 @@ import (
 // baselines they are judged against (copy, pwrite, the kernel's mapping
 // floor). Per-iteration setup and teardown run with the timer stopped.
 // FLYBUS_BENCH_STORE picks the store root (say, a huge=within_size tmpfs);
-// the default is /dev/shm.
-
-var sink byte
+// the default is /dev/shm. Each benchmark runs as the sub-benchmark
+// "frame=1228800" (shmtest.FrameBench).
 
 func benchStore(b *testing.B, cfg Config) *Store {
 	b.Helper()
-	if d := os.Getenv("FLYBUS_BENCH_STORE"); d != "" {
-		root, err := os.MkdirTemp(d, "flybus-bench-")
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { os.RemoveAll(root) })
-		cfg.Root = root
-	}
+	cfg.Root = shmtest.BenchDir(b, "flybus-bench-")
 	return openStore(b, cfg)
-}
-
-// frameBench runs fn as the sub-benchmark "frame=1228800".
-func frameBench(b *testing.B, fn func(b *testing.B)) {
-	b.Run("frame=1228800", func(b *testing.B) {
-		b.ReportAllocs()
-		b.SetBytes(frame)
-		fn(b)
-	})
-}
-
-// touch reads one byte per 64-byte line, as a consumer reading it all would.
-func touch(p []byte) {
-	var s byte
-	for i := 0; i < len(p); i += 64 {
-		s += p[i]
-	}
-	sink += s
 }
 
 func mustRemove(b *testing.B, s *Store, rel string) {
@@ -68,13 +43,29 @@ func writeFrame(b *testing.B, s *Store, rel string, data []byte) *os.File {
 	return f
 }
 
+// openMapped opens rel of s with open (OpenRead or OpenWrite) and maps the
+// frame with mapFile (mmap.MapFile or mmap.MapWritable), as a client
+// resolving a location does; the caller closes both. Unlike openIn and
+// mapIn it marks no test helper, which would cost inside a timed loop.
+func openMapped[M any](b *testing.B, s *Store, open func(root, storeID, relPath string) (*os.File, error), rel string, mapFile func(*os.File, int64) (M, error)) (*os.File, M) {
+	f, err := open(s.Root(), s.ID(), rel)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := mapFile(f, frame)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return f, m
+}
+
 // BenchmarkStageWarm: Stage served by the pool. The pool is deep enough for
 // a batch of stages with the timer running, so the figure is the lookup, not
 // the cost of stopping the timer; between batches the timer stops while the
 // staged files are removed and the pool refills. Meanwhile the refill
 // goroutine works on the other core, as it would in a router.
 func BenchmarkStageWarm(b *testing.B) {
-	frameBench(b, func(b *testing.B) {
+	shmtest.FrameBench(b, func(b *testing.B) {
 		const batch = 32
 		s := benchStore(b, Config{PoolDepth: batch})
 		mustRemove(b, s, mustStage(b, s, frame).RelPath) // the miss that makes the size recent
@@ -104,10 +95,28 @@ func BenchmarkStageWarm(b *testing.B) {
 
 // BenchmarkStageCold: create and fallocate on the caller's path.
 func BenchmarkStageCold(b *testing.B) {
-	frameBench(b, func(b *testing.B) {
+	shmtest.FrameBench(b, func(b *testing.B) {
 		s := benchStore(b, Config{PoolDepth: -1})
 		for b.Loop() {
 			st := mustStage(b, s, frame)
+			b.StopTimer()
+			mustRemove(b, s, st.RelPath)
+			b.StartTimer()
+		}
+	})
+}
+
+// benchFill times fill of a frame's worth of data into a staged file;
+// staging it and removing it run with the timer stopped.
+func benchFill(b *testing.B, fill func(b *testing.B, s *Store, rel string, data []byte)) {
+	shmtest.FrameBench(b, func(b *testing.B) {
+		s := benchStore(b, Config{PoolDepth: -1})
+		data := pattern(frame, 1)
+		for b.Loop() {
+			b.StopTimer()
+			st := mustStage(b, s, frame)
+			b.StartTimer()
+			fill(b, s, st.RelPath, data)
 			b.StopTimer()
 			mustRemove(b, s, st.RelPath)
 			b.StartTimer()
@@ -118,19 +127,9 @@ func BenchmarkStageCold(b *testing.B) {
 // BenchmarkFillWriteAt: a producer's fill of a staged file: OpenWrite,
 // one WriteAt, Close. Compare with BenchmarkPwrite.
 func BenchmarkFillWriteAt(b *testing.B) {
-	frameBench(b, func(b *testing.B) {
-		s := benchStore(b, Config{PoolDepth: -1})
-		data := pattern(frame, 1)
-		for b.Loop() {
-			b.StopTimer()
-			st := mustStage(b, s, frame)
-			b.StartTimer()
-			if err := writeFrame(b, s, st.RelPath, data).Close(); err != nil {
-				b.Fatal(err)
-			}
-			b.StopTimer()
-			mustRemove(b, s, st.RelPath)
-			b.StartTimer()
+	benchFill(b, func(b *testing.B, s *Store, rel string, data []byte) {
+		if err := writeFrame(b, s, rel, data).Close(); err != nil {
+			b.Fatal(err)
 		}
 	})
 }
@@ -138,31 +137,14 @@ func BenchmarkFillWriteAt(b *testing.B) {
 // BenchmarkFillWritable: the same fill through a writable mapping:
 // OpenWrite, map, copy, unmap, Close.
 func BenchmarkFillWritable(b *testing.B) {
-	frameBench(b, func(b *testing.B) {
-		s := benchStore(b, Config{PoolDepth: -1})
-		data := pattern(frame, 1)
-		for b.Loop() {
-			b.StopTimer()
-			st := mustStage(b, s, frame)
-			b.StartTimer()
-			f, err := OpenWrite(s.Root(), s.ID(), st.RelPath)
-			if err != nil {
-				b.Fatal(err)
-			}
-			w, err := mmap.MapWritable(f, frame)
-			if err != nil {
-				b.Fatal(err)
-			}
-			copy(w.Bytes(), data)
-			if err := w.Close(); err != nil {
-				b.Fatal(err)
-			}
-			if err := f.Close(); err != nil {
-				b.Fatal(err)
-			}
-			b.StopTimer()
-			mustRemove(b, s, st.RelPath)
-			b.StartTimer()
+	benchFill(b, func(b *testing.B, s *Store, rel string, data []byte) {
+		f, w := openMapped(b, s, OpenWrite, rel, mmap.MapWritable)
+		copy(w.Bytes(), data)
+		if err := w.Close(); err != nil {
+			b.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
 		}
 	})
 }
@@ -170,7 +152,7 @@ func BenchmarkFillWritable(b *testing.B) {
 // benchSeal times Seal of a filled frame. With keepOpen the producer's
 // descriptor stays open, which forces the copy path.
 func benchSeal(b *testing.B, keepOpen, withDigest bool, want SealPath) {
-	frameBench(b, func(b *testing.B) {
+	shmtest.FrameBench(b, func(b *testing.B) {
 		s := benchStore(b, Config{PoolDepth: -1})
 		data := pattern(frame, 1)
 		var digest *[32]byte
@@ -222,20 +204,13 @@ func sealedFrame(b *testing.B, s *Store) string {
 // BenchmarkView: a consumer's access to every line of a sealed frame:
 // OpenRead, map, touch, unmap, Close. Compare with BenchmarkKernelFloor.
 func BenchmarkView(b *testing.B) {
-	frameBench(b, func(b *testing.B) {
+	shmtest.FrameBench(b, func(b *testing.B) {
 		s := benchStore(b, Config{PoolDepth: -1})
 		rel := sealedFrame(b, s)
 		for b.Loop() {
-			f, err := OpenRead(s.Root(), s.ID(), rel)
-			if err != nil {
-				b.Fatal(err)
-			}
-			v, err := mmap.MapFile(f, frame)
-			if err != nil {
-				b.Fatal(err)
-			}
+			f, v := openMapped(b, s, OpenRead, rel, mmap.MapFile)
 			f.Close()
-			touch(v.Bytes())
+			shmtest.Touch(v.Bytes())
 			if err := v.Close(); err != nil {
 				b.Fatal(err)
 			}
@@ -246,31 +221,21 @@ func BenchmarkView(b *testing.B) {
 // BenchmarkKernelFloor: the least any view can cost: unix.Mmap read-only of
 // a sealed file already open, touch every line, munmap.
 func BenchmarkKernelFloor(b *testing.B) {
-	frameBench(b, func(b *testing.B) {
+	shmtest.FrameBench(b, func(b *testing.B) {
 		s := benchStore(b, Config{PoolDepth: -1})
 		f, err := os.Open(filepath.Join(s.Dir(), sealedFrame(b, s)))
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer f.Close()
-		fd := int(f.Fd())
-		for b.Loop() {
-			m, err := unix.Mmap(fd, 0, frame, unix.PROT_READ, unix.MAP_SHARED)
-			if err != nil {
-				b.Fatal(err)
-			}
-			touch(m)
-			if err := unix.Munmap(m); err != nil {
-				b.Fatal(err)
-			}
-		}
+		shmtest.MapTouch(b, int(f.Fd()), frame)
 	})
 }
 
 // BenchmarkPwrite: one pwrite of the frame into a fresh fallocated file
 // already open; the baseline for a producer's fill.
 func BenchmarkPwrite(b *testing.B) {
-	frameBench(b, func(b *testing.B) {
+	shmtest.FrameBench(b, func(b *testing.B) {
 		dir := benchStore(b, Config{PoolDepth: -1}).Dir()
 		data := pattern(frame, 1)
 		p := filepath.Join(dir, "pwrite")
@@ -298,11 +263,5 @@ func BenchmarkPwrite(b *testing.B) {
 // BenchmarkCopy: copy() of a frame between two Go slices, the baseline of
 // every performance target.
 func BenchmarkCopy(b *testing.B) {
-	frameBench(b, func(b *testing.B) {
-		src, dst := pattern(frame, 1), make([]byte, frame)
-		for b.Loop() {
-			copy(dst, src)
-		}
-		sink += dst[frame-1]
-	})
+	shmtest.FrameBench(b, func(b *testing.B) { shmtest.Copy(b, pattern(frame, 1)) })
 }

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const frame = 1228800
+const frame = shmtest.FrameSize
 
 func TestSealLease(t *testing.T) {
 	s := openStore(t, Config{PoolDepth: -1})

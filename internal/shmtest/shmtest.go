@@ -1,7 +1,10 @@
 // Package shmtest holds the helpers the tests of mmap, store, router and
 // the commands share for a scratch directory on /dev/shm, the tmpfs where
 // flybus stores live in production, and for counting what a test leaves
-// open there.
+// open there; and, in bench.go, the fixtures the benchmarks of mmap, store
+// and router share: where their files live, the one-frame sub-benchmark,
+// a consumer's touch of every line, and the loops of the baselines they
+// are judged by (a raw mapping, copy(), a socket ping-pong).
 package shmtest
 
 import (
