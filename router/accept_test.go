@@ -149,9 +149,9 @@ func acceptHelper(t *testing.T, sock string) {
 		time.Sleep(time.Millisecond)
 	}
 	fmt.Println("helper: retrying", r.Stats().AcceptRetries)
-	line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
-	if line != "quit\n" {
-		t.Fatalf("stdin said %q", line)
+	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+	if err != nil || line != "quit\n" {
+		t.Fatalf("stdin said %q (%v)", line, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -30,9 +30,7 @@ func TestAllocateAheadServesRepeatedSizes(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		prod := h.dialWith("producer", client.Config{AllocateAhead: 1})
-		cons := h.dial("consumer")
-		mustDeclare(t, prod, "frames", wire.RetainNone)
-		sub := mustSubscribe(t, ctx, cons, "frames", client.Bounded())
+		sub := declareAndSubscribe(t, prod, h.dial("consumer"), "frames", wire.RetainNone, client.Bounded())
 		const frames = 8
 		for i := range frames {
 			data := frameBytes(byte(i), 32<<10)
@@ -75,10 +73,7 @@ func TestAllocateAheadServesRepeatedSizes(t *testing.T) {
 // prepare its next allocation. The caller closes the artifact.
 func sendFrame(t *testing.T, c *client.Client, n int64) *client.Artifact {
 	t.Helper()
-	w, err := c.Artifacts().Allocate(ctxT(t), n, "a/b")
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := mustAllocate(t, ctxT(t), c.Artifacts(), n, "a/b")
 	a, err := w.SealNoWait()
 	if err != nil {
 		t.Fatal(err)
@@ -98,11 +93,7 @@ func TestAllocateAheadPreparesAfterTheFrameAndEvicts(t *testing.T) {
 		ctx := ctxT(t)
 		prod := h.dialWith("producer", client.Config{AllocateAhead: 1})
 		mustDeclare(t, prod, "sink", wire.RetainNone)
-		w, err := prod.Artifacts().Allocate(ctx, 1<<20, "a/b")
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.Close()
+		mustAllocate(t, ctx, prod.Artifacts(), 1<<20, "a/b").Close()
 		if st := prod.Stats(); st.PreparedWriters != 0 {
 			t.Fatalf("%d allocations prepared before any frame went out", st.PreparedWriters)
 		}
@@ -134,16 +125,11 @@ func TestOpenAheadServesViews(t *testing.T) {
 		ctx := ctxT(t)
 		prod := h.dial("producer")
 		cons := h.dialWith("consumer", client.Config{OpenAhead: true})
-		mustDeclare(t, prod, "frames", wire.RetainNone)
-		sub := mustSubscribe(t, ctx, cons, "frames", client.Bounded())
+		sub := declareAndSubscribe(t, prod, cons, "frames", wire.RetainNone, client.Bounded())
 		const frames = 6
 		for i := range frames {
 			data := frameBytes(byte(i), 32<<10)
-			a := produce(t, prod, data)
-			if _, err := prod.Publish(ctx, "frames", map[string]int{"i": i}, client.Attach("frame", a)); err != nil {
-				t.Fatal(err)
-			}
-			a.Close()
+			publishFrame(t, prod, "frames", map[string]int{"i": i}, data)
 			m := nextMessage(t, ctx, sub)
 			if i == frames-1 { // never viewed
 				m.Close()

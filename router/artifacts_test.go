@@ -12,10 +12,8 @@ import (
 	"testing"
 
 	"github.com/flybus/flybus/client"
-	"github.com/flybus/flybus/internal/leakcheck"
 	"github.com/flybus/flybus/internal/shmtest"
 	"github.com/flybus/flybus/mmap"
-	"github.com/flybus/flybus/router"
 	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
 )
@@ -34,18 +32,33 @@ func frameBytes(seed byte, n int) []byte {
 func produce(t *testing.T, c *client.Client, data []byte) *client.Artifact {
 	t.Helper()
 	ctx := ctxT(t)
-	w, err := c.Artifacts().Allocate(ctx, int64(len(data)), "image/x-rgba")
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := mustAllocate(t, ctx, c.Artifacts(), int64(len(data)), "image/x-rgba")
 	if _, err := w.Write(data); err != nil {
 		t.Fatal(err)
 	}
 	a, err := w.Seal(ctx)
-	if err != nil {
+	return orFatal(t, a, err)
+}
+
+// checkBytes reads a's bytes, failing the test (what says which artifact)
+// unless they are want.
+func checkBytes(t *testing.T, ctx context.Context, a *client.Artifact, want []byte, what string) {
+	t.Helper()
+	got, err := a.ReadAll(ctx)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("%s: %v, %d bytes, equal=%v", what, err, len(got), bytes.Equal(got, want))
+	}
+}
+
+// publishFrame publishes payload on topic with data attached as "frame",
+// through an artifact that c lets go of once it is published.
+func publishFrame(t *testing.T, c *client.Client, topic string, payload any, data []byte) {
+	t.Helper()
+	a := produce(t, c, data)
+	defer a.Close()
+	if _, err := c.Publish(ctxT(t), topic, payload, client.Attach("frame", a)); err != nil {
 		t.Fatal(err)
 	}
-	return a
 }
 
 // sealedFiles counts sealed artifact files in the router's store directory
@@ -117,7 +130,7 @@ func settled(h *harness) func() bool {
 func TestAllocateWriteSealRead(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		maps0, _ := leakcheck.Mappings(h.root)
+		maps0 := shmtest.Mappings(t, h.root)
 		c := h.dial("producer")
 		data := frameBytes(3, frameSize)
 		a := produce(t, c, data)
@@ -128,10 +141,7 @@ func TestAllocateWriteSealRead(t *testing.T) {
 		if s := h.r.Stats(); s.LeaseSeals != 1 || s.CopySeals != 0 || s.SealedArtifacts != 1 {
 			t.Fatalf("the seal was not the zero-copy lease path: %+v", s)
 		}
-		got, err := a.ReadAll(ctx)
-		if err != nil || !bytes.Equal(got, data) {
-			t.Fatalf("ReadAll: %v, equal=%v", err, bytes.Equal(got, data))
-		}
+		checkBytes(t, ctx, a, data, "the sealed artifact")
 		v := mustMap(t, ctx, a)
 		if !bytes.Equal(v.Bytes(), data) {
 			t.Fatal("view bytes differ")
@@ -149,7 +159,7 @@ func TestAllocateWriteSealRead(t *testing.T) {
 		if sealedFiles(t, h) != 0 {
 			t.Fatal("the sealed file was not unlinked")
 		}
-		if m, _ := leakcheck.Mappings(h.root); m != maps0+h.cachedSlots() {
+		if m := shmtest.Mappings(t, h.root); m != maps0+h.cachedSlots() {
 			t.Fatalf("mappings: %d before, %d after (%d cached slots)", maps0, m, h.cachedSlots())
 		}
 	})
@@ -178,8 +188,10 @@ func TestSealChecksDigestAndAbandonCleansUp(t *testing.T) {
 		c := h.dial("producer")
 		data := frameBytes(9, 4096)
 		sum := sha256.Sum256(data)
-		w, _ := c.Artifacts().Allocate(ctx, 4096, "application/octet-stream")
-		w.Write(data)
+		w := mustAllocate(t, ctx, c.Artifacts(), 4096, "application/octet-stream")
+		if _, err := w.Write(data); err != nil {
+			t.Fatal(err)
+		}
 		a, err := w.SealWithDigest(ctx, hex.EncodeToString(sum[:]))
 		if err != nil {
 			t.Fatal(err)
@@ -188,14 +200,15 @@ func TestSealChecksDigestAndAbandonCleansUp(t *testing.T) {
 			t.Fatalf("digest not in the ref: %+v", a.Ref())
 		}
 		a.Close()
-		w2, _ := c.Artifacts().Allocate(ctx, 4096, "application/octet-stream")
-		w2.Write(data)
+		w2 := mustAllocate(t, ctx, c.Artifacts(), 4096, "application/octet-stream")
+		if _, err := w2.Write(data); err != nil {
+			t.Fatal(err)
+		}
 		wrong := sha256.Sum256([]byte("other"))
 		if _, err := w2.SealWithDigest(ctx, hex.EncodeToString(wrong[:])); code(t, err) != wire.ErrArtifactMismatch {
 			t.Fatalf("wrong digest: %v", err)
 		}
-		w3, _ := c.Artifacts().Allocate(ctx, 4096, "application/octet-stream")
-		w3.Close() // abandoned unsealed
+		mustAllocate(t, ctx, c.Artifacts(), 4096, "application/octet-stream").Close() // abandoned unsealed
 		waitFor(t, "abandoned artifacts collected", settled(h))
 		if s := h.r.Stats(); s.StoreFiles != 0 {
 			t.Fatalf("files left: %+v", s)
@@ -204,10 +217,7 @@ func TestSealChecksDigestAndAbandonCleansUp(t *testing.T) {
 }
 
 func TestArtifactQuotas(t *testing.T) {
-	l := wire.DefaultLimits()
-	l.MaxArtifactBytes = 1 << 20
-	l.MaxStoreBytes = 3 << 20
-	forEachTransport(t, router.Config{Policy: router.OpenPolicy(), Limits: l}, func(t *testing.T, h *harness) {
+	forEachTransport(t, openWith(wire.Limits{MaxArtifactBytes: 1 << 20, MaxStoreBytes: 3 << 20}), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		c := h.dial("p")
 		if _, err := c.Artifacts().Allocate(ctx, 1<<20+1, "x/y"); code(t, err) != wire.ErrQuotaExceeded {
@@ -216,10 +226,7 @@ func TestArtifactQuotas(t *testing.T) {
 		a := produce(t, c, frameBytes(1, 1<<20))
 		b := produce(t, c, frameBytes(2, 1<<20))
 		// Two sealed MiB and a third staged leave no room for a seal copy.
-		w, err := c.Artifacts().Allocate(ctx, 1<<20, "x/y")
-		if err != nil {
-			t.Fatal(err)
-		}
+		w := mustAllocate(t, ctx, c.Artifacts(), 1<<20, "x/y")
 		if _, err := c.Artifacts().Allocate(ctx, 1, "x/y"); code(t, err) != wire.ErrQuotaExceeded {
 			t.Fatalf("over maxStoreBytes: %v", err)
 		}
@@ -241,22 +248,13 @@ func TestFanOutSharesOneFile(t *testing.T) {
 		mustDeclare(t, prod, "world.frame", wire.RetainNone)
 		var subs []*client.Subscription
 		for _, id := range []string{"agent-a", "agent-b", "viewer"} {
-			s, err := h.dial(id).Subscribe(ctx, "world.frame", client.Latest())
-			if err != nil {
-				t.Fatal(err)
-			}
-			subs = append(subs, s)
+			subs = append(subs, mustSubscribe(t, ctx, h.dial(id), "world.frame", client.Latest()))
 		}
 		data := frameBytes(5, frameSize)
-		a := produce(t, prod, data)
-		if _, err := prod.Publish(ctx, "world.frame", map[string]int{"w": 640}, client.Attach("frame", a)); err != nil {
-			t.Fatal(err)
-		}
-		a.Close() // the producer lets go at once: deliveries own it now
+		publishFrame(t, prod, "world.frame", map[string]int{"w": 640}, data) // deliveries own it now
 		var msgs []*client.Message
 		for _, s := range subs {
-			m := nextMessage(t, ctx, s)
-			msgs = append(msgs, m)
+			msgs = append(msgs, nextMessage(t, ctx, s))
 		}
 		if n := sealedFiles(t, h); n != 1 {
 			t.Fatalf("%d sealed files for one frame fanned out to three", n)
@@ -284,13 +282,9 @@ func TestFanOutSharesOneFile(t *testing.T) {
 func TestExtractedArtifactOutlivesItsMessage(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		prod, cons := h.dial("producer"), h.dial("consumer")
-		mustDeclare(t, prod, "frames", wire.RetainNone)
-		s, _ := cons.Subscribe(ctx, "frames", client.Bounded().InFlight(1))
+		prod, cons, s := h.pubSub("producer", "consumer", "frames", wire.RetainNone, client.Bounded().InFlight(1))
 		data := frameBytes(8, 65536)
-		a := produce(t, prod, data)
-		prod.Publish(ctx, "frames", nil, client.Attach("frame", a))
-		a.Close()
+		publishFrame(t, prod, "frames", nil, data)
 		m := nextMessage(t, ctx, s)
 		img := mustArtifact(t, m, "frame")
 		if _, err := m.Artifact("nope"); !errors.Is(err, client.ErrNoAttachment) {
@@ -317,30 +311,24 @@ func TestExtractedArtifactOutlivesItsMessage(t *testing.T) {
 func TestForwardBeforeRelease(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		prod, coord, agent := h.dial("producer"), h.dial("coordinator"), h.dial("agent")
-		mustDeclare(t, prod, "frames", wire.RetainNone)
-		s, _ := coord.Subscribe(ctx, "frames", client.Latest())
-		svc, _ := agent.Register(ctx, "agent.fly-a", client.ServiceConfig{})
+		prod, coord, s := h.pubSub("producer", "coordinator", "frames", wire.RetainNone, client.Latest())
+		svc := mustRegister(t, ctx, h.dial("agent"), "agent.fly-a", client.ServiceConfig{})
 		data := frameBytes(4, 100_000)
-		a := produce(t, prod, data)
-		prod.Publish(ctx, "frames", nil, client.Attach("frame", a))
-		a.Close()
-		m, _ := s.Next(ctx)
-		img, _ := m.Artifact("frame")
+		publishFrame(t, prod, "frames", nil, data)
+		m := nextMessage(t, ctx, s)
+		img := mustArtifact(t, m, "frame")
 		p := mustCall(t, ctx, coord, "agent.fly-a", 0, "Agent.Step", nil, client.Attach("frame", img))
 		img.Close()
 		m.Close() // the coordinator's delivery is gone; the request still owns the frame
-		req, _ := svc.Next(ctx)
+		req := nextRequest(t, ctx, svc)
 		fa := mustArtifact(t, req, "frame")
-		got, err := fa.ReadAll(ctx)
-		if err != nil || !bytes.Equal(got, data) {
-			t.Fatalf("forwarded bytes: %v", err)
-		}
+		checkBytes(t, ctx, fa, data, "forwarded bytes")
 		fa.Close()
-		req.Reply(ctx, nil)
+		if _, err := req.Reply(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
 		req.Close()
-		res, _ := p.Result(ctx)
-		res.Close()
+		mustResult(t, ctx, p).Close()
 		waitFor(t, "everything released", settled(h))
 	})
 }
@@ -363,20 +351,19 @@ func TestEndpointCacheReplaysArtifactResults(t *testing.T) {
 			if cache == nil {
 				cache = produce(t, agent, data)
 			}
-			req.Reply(ctx, map[string]string{"requestId": "r-1"}, client.Attach("image", cache))
+			if _, err := req.Reply(ctx, map[string]string{"requestId": "r-1"}, client.Attach("image", cache)); err != nil {
+				t.Error(err)
+			}
 			req.Close()
 		}
-		p1, _ := caller.Call(ctx, "agent.render", 0, "Render", map[string]string{"requestId": "r-1"})
+		p1 := mustCall(t, ctx, caller, "agent.render", 0, "Render", map[string]string{"requestId": "r-1"})
 		serve()
 		p1.Close() // the caller gave up: its result is consumed unseen (a lost reply)
-		p2, _ := caller.Call(ctx, "agent.render", 0, "Render", map[string]string{"requestId": "r-1"})
+		p2 := mustCall(t, ctx, caller, "agent.render", 0, "Render", map[string]string{"requestId": "r-1"})
 		serve()
 		res := mustResult(t, ctx, p2)
-		img, _ := res.Artifact("image")
-		got, err := img.ReadAll(ctx)
-		if err != nil || !bytes.Equal(got, data) {
-			t.Fatalf("retried result bytes: %v", err)
-		}
+		img := mustArtifact(t, res, "image")
+		checkBytes(t, ctx, img, data, "retried result bytes")
 		img.Close()
 		res.Close()
 		cache.Close() // eviction
@@ -433,13 +420,17 @@ func TestSealWithLiveWriterFallsBackToCopy(t *testing.T) {
 		rawOK(t, r, wire.OpArtifactAllocate, &wire.Allocate{ByteLength: 8192, ContentType: "x/y"}, &alloc)
 		f := openLocation(t, h, store.OpenWrite, alloc.WriteLocation)
 		defer f.Close()
-		f.WriteAt(data, 0)
+		if _, err := f.WriteAt(data, 0); err != nil {
+			t.Fatal(err)
+		}
 		var sealed wire.SealOK
 		rawOK(t, r, wire.OpArtifactSeal, &wire.Seal{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID}, &sealed)
 		if s := h.r.Stats(); s.CopySeals != 1 || s.LeaseSeals != 0 {
 			t.Fatalf("seal path: %+v", s)
 		}
-		f.WriteAt(bytes.Repeat([]byte{0xff}, 8192), 0) // too late: an orphaned inode
+		if _, err := f.WriteAt(bytes.Repeat([]byte{0xff}, 8192), 0); err != nil { // too late: an orphaned inode
+			t.Fatal(err)
+		}
 		if !bytes.Equal(readSealed(t, h, r, sealed), data) {
 			t.Fatal("sealed bytes changed through the kept descriptor")
 		}
@@ -552,14 +543,11 @@ func TestDisconnectReleasesOwnershipWithoutTouchingMappedBytes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mustDeclare(t, prod, "frames", wire.RetainNone)
-		s, _ := cons.Subscribe(ctx, "frames", client.Latest())
+		s := declareAndSubscribe(t, prod, cons, "frames", wire.RetainNone, client.Latest())
 		data := frameBytes(7, frameSize)
-		a := produce(t, prod, data)
-		prod.Publish(ctx, "frames", nil, client.Attach("frame", a))
-		a.Close()
-		m, _ := s.Next(ctx)
-		img, _ := m.Artifact("frame")
+		publishFrame(t, prod, "frames", nil, data)
+		m := nextMessage(t, ctx, s)
+		img := mustArtifact(t, m, "frame")
 		v := mustMap(t, ctx, img)
 		cons.Close() // the connection goes with the view still mapped
 		waitFor(t, "the router to collect", settled(h))
@@ -578,8 +566,7 @@ func TestDisconnectReleasesOwnershipWithoutTouchingMappedBytes(t *testing.T) {
 func TestRouterRestartInvalidatesOldHandles(t *testing.T) {
 	root := shmtest.Dir(t, "flybus-test-")
 	r1 := openRouterOn(t, root)
-	nc, _ := r1.ConnectInMemory()
-	c, err := client.Connect(ctxT(t), nc, client.Config{ClientID: "p", StoreRoot: root})
+	c, err := client.Connect(ctxT(t), inMemory(t, r1), client.Config{ClientID: "p", StoreRoot: root})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -603,8 +590,8 @@ func TestRouterRestartInvalidatesOldHandles(t *testing.T) {
 	if be := r.reply(&wire.OpenOK{}); be == nil || be.Code != wire.ErrArtifactGone {
 		t.Fatalf("old ref on a new router: %v", be)
 	}
-	if ents, _ := os.ReadDir(root); len(ents) != 1 {
-		t.Fatalf("store root holds %d directories, want only the new store", len(ents))
+	if ents, err := os.ReadDir(root); err != nil || len(ents) != 1 {
+		t.Fatalf("store root holds %d directories (%v), want only the new store", len(ents), err)
 	}
 }
 

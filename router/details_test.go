@@ -34,10 +34,7 @@ func subDetail(t *testing.T, h *harness, topic string) router.SubscriptionDetail
 // full service queue its queued and in-flight calls, and a client near its
 // owner budget how near.
 func TestDetailsShowWhoHoldsWhat(t *testing.T) {
-	l := wire.DefaultLimits()
-	l.MaxOwnersPerClient = 8
-	l.ReservedOwnersPerClient = 2
-	forEachTransport(t, router.Config{Policy: router.OpenPolicy(), Limits: l}, func(t *testing.T, h *harness) {
+	forEachTransport(t, openWith(wire.Limits{MaxOwnersPerClient: 8, ReservedOwnersPerClient: 2}), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		prod, slow, full, svcc, caller := h.dial("det-prod"), h.dial("det-slow"), h.dial("det-full"), h.dial("det-svc"), h.dial("det-caller")
 		mustDeclare(t, prod, "det.frames", wire.RetainLatest)
@@ -45,18 +42,11 @@ func TestDetailsShowWhoHoldsWhat(t *testing.T) {
 
 		// A latest subscriber that never reads: the first frame is in
 		// flight, the last one queued, the ones between coalesced.
-		latest, err := slow.Subscribe(ctx, "det.frames", client.Latest().InFlight(1))
-		if err != nil {
-			t.Fatal(err)
-		}
+		latest := mustSubscribe(t, ctx, slow, "det.frames", client.Latest().InFlight(1))
 		defer latest.Close()
 		data := frameBytes(7, 4096)
 		for i := range 5 {
-			a := produce(t, prod, data)
-			if _, err := prod.Publish(ctx, "det.frames", tick{N: i}, client.Attach("frame", a)); err != nil {
-				t.Fatal(err)
-			}
-			a.Close()
+			publishFrame(t, prod, "det.frames", tick{N: i}, data)
 			if i == 0 {
 				waitFor(t, "the first frame delivered", func() bool { return subDetail(t, h, "det.frames").Delivered == 1 })
 			}
@@ -70,10 +60,7 @@ func TestDetailsShowWhoHoldsWhat(t *testing.T) {
 
 		// A bounded subscriber with room for one in flight and two queued:
 		// the fourth publication is refused because of it.
-		bounded, err := full.Subscribe(ctx, "det.events", client.Bounded().Queued(2).InFlight(1))
-		if err != nil {
-			t.Fatal(err)
-		}
+		bounded := mustSubscribe(t, ctx, full, "det.events", client.Bounded().Queued(2).InFlight(1))
 		defer bounded.Close()
 		for i := range 3 {
 			if _, err := prod.Publish(ctx, "det.events", tick{N: i}); err != nil {
@@ -104,23 +91,11 @@ func TestDetailsShowWhoHoldsWhat(t *testing.T) {
 
 		// A service with one call in flight (its request not yet closed)
 		// and one queued; a request closed without a reply fails its call.
-		svc, err := svcc.Register(ctx, "det.svc", client.ServiceConfig{MaxQueued: 1, MaxInFlight: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
+		svc := mustRegister(t, ctx, svcc, "det.svc", client.ServiceConfig{MaxQueued: 1, MaxInFlight: 1})
 		defer svc.Close()
-		first, err := caller.Call(ctx, "det.svc", 0, "M", tick{N: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		req, err := svc.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		second, err := caller.Call(ctx, "det.svc", 0, "M", tick{N: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
+		first := mustCall(t, ctx, caller, "det.svc", 0, "M", tick{N: 1})
+		req := nextRequest(t, ctx, svc)
+		second := mustCall(t, ctx, caller, "det.svc", 0, "M", tick{N: 2})
 		if _, err := caller.Call(ctx, "det.svc", 0, "M", tick{N: 3}); code(t, err) != wire.ErrBackpressure {
 			t.Fatalf("a call to a full service queue: %v", err)
 		}
@@ -140,18 +115,10 @@ func TestDetailsShowWhoHoldsWhat(t *testing.T) {
 			sv := detailsOf(t, h.r.Details().Services, byService, "det.svc")
 			return sv.FailedCalls == 1 && sv.InFlight == 1 && sv.Queued == 0
 		})
-		req2, err := svc.Next(ctx)
-		if err != nil {
+		if _, err := nextRequest(t, ctx, svc).Reply(ctx, tick{N: 20}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := req2.Reply(ctx, tick{N: 20}); err != nil {
-			t.Fatal(err)
-		}
-		res, err := second.Result(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Close()
+		mustResult(t, ctx, second).Close()
 
 		// A client holding six artifacts of a budget of eight.
 		holder := h.dial("det-holder")

@@ -12,7 +12,6 @@ import (
 	"net"
 	"reflect"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -116,7 +115,7 @@ func newConnFuzzer(tb testing.TB) *connFuzzer {
 // newRouter starts a router with pinned ids on the shared store root.
 func (cf *connFuzzer) newRouter(mode store.Mode) (*Router, error) {
 	r, err := New(Config{StoreRoot: cf.root, StoreMode: mode, Policy: OpenPolicy(), Limits: fuzzLimits(),
-		HelloTimeout: time.Hour, Logger: slog.New(cf.warns)})
+		HelloTimeout: time.Hour, Logger: slog.New(cf.warns.handler())})
 	if err != nil {
 		return nil, err
 	}
@@ -293,8 +292,8 @@ func (cf *connFuzzer) check(r *Router, chk *frameChecker, mode byte) (*fuzzTrans
 	if mode&1 == 0 && !chk.tr.closing {
 		return nil, errors.New("the router ended the connection without connection.closing")
 	}
-	if w := cf.warns.take(); len(w) > 0 {
-		return nil, fmt.Errorf("the router logged warnings: %s", strings.Join(w, "; "))
+	if w := cf.warns.take(); w != "" {
+		return nil, fmt.Errorf("the router logged warnings:\n%s", w)
 	}
 
 	// Retained values stay with the router by design: delete the topics
@@ -566,10 +565,7 @@ func (k *frameChecker) reply(env *wire.Envelope) error {
 		return fmt.Errorf("reply to %s msg-%d before hello completed", op, id)
 	}
 	k.replied[id] = true
-	var v wire.Body = &wire.Released{}
-	if s, ok := k.shapes[op]; ok && s.Reply != nil {
-		v = s.Reply
-	}
+	v := replyValue(op)
 	be, err := env.DecodeReply(v)
 	if err != nil {
 		return fmt.Errorf("malformed reply: %v", err)
@@ -625,37 +621,31 @@ func (k *frameChecker) delivery(env *wire.Envelope) error {
 	return nil
 }
 
-// warnLog is a slog handler that keeps warnings and errors: the router
-// logs one only for its own bugs and for store I/O that failed.
+// warnLog keeps, as text, the warnings and errors the router logs through
+// its handler: the router logs one only for its own bugs and for store I/O
+// that failed.
 type warnLog struct {
-	mu   sync.Mutex
-	msgs []string
+	mu  sync.Mutex
+	buf bytes.Buffer
 }
 
-func (w *warnLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-
-func (w *warnLog) Handle(_ context.Context, rec slog.Record) error {
-	var b strings.Builder
-	b.WriteString(rec.Message)
-	rec.Attrs(func(a slog.Attr) bool {
-		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
-		return true
-	})
-	w.mu.Lock()
-	w.msgs = append(w.msgs, b.String())
-	w.mu.Unlock()
-	return nil
+func (w *warnLog) handler() slog.Handler {
+	return slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn})
 }
 
-func (w *warnLog) WithAttrs([]slog.Attr) slog.Handler { return w }
-func (w *warnLog) WithGroup(string) slog.Handler      { return w }
-
-func (w *warnLog) take() []string {
+func (w *warnLog) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	m := w.msgs
-	w.msgs = nil
-	return m
+	return w.buf.Write(p)
+}
+
+// take returns what was logged since the last take.
+func (w *warnLog) take() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.buf.String()
+	w.buf.Reset()
+	return s
 }
 
 // stacks is every goroutine's stack, for a report of something stuck.

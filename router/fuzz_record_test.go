@@ -265,8 +265,11 @@ func recordSession(t *testing.T, run func(ctx context.Context, t *testing.T, nc 
 			continue
 		}
 		out := fuzzOutcome{op: env.Op, code: "ok"}
-		var v wire.Released // any target: only ok or the code matters
-		if be, _ := env.DecodeReply(&v); be != nil {
+		be, err := env.DecodeReply(replyValue(env.Op))
+		if err != nil {
+			t.Fatalf("recording: a malformed %s reply: %v", env.Op, err)
+		}
+		if be != nil {
 			out.code = be.Code.String()
 		}
 		rec.outcomes[uint64(env.ReplyTo.V)] = out

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -61,6 +62,20 @@ func (h *harness) cachedSlots() int {
 // open is the configuration most tests use: a trusted deployment.
 func open() router.Config { return router.Config{Policy: router.OpenPolicy()} }
 
+// openWith is open with the limits l sets, and the defaults for those it
+// leaves zero.
+func openWith(l wire.Limits) router.Config {
+	cfg := open()
+	cfg.Limits = wire.DefaultLimits()
+	set, limits := reflect.ValueOf(l), reflect.ValueOf(&cfg.Limits).Elem()
+	for i := range set.NumField() {
+		if f := set.Field(i); !f.IsZero() {
+			limits.Field(i).Set(f)
+		}
+	}
+	return cfg
+}
+
 // storeModes are the store backends every integration test runs over; a
 // test that configures StoreMode itself runs in that mode only.
 var storeModes = []store.Mode{store.ModeFiles, store.ModePool}
@@ -87,30 +102,26 @@ func forEachTransport(t *testing.T, cfg router.Config, fn func(t *testing.T, h *
 }
 
 func forTransport(t *testing.T, name string, cfg router.Config, unix bool, fn func(t *testing.T, h *harness)) {
-	{
-		t.Run(name, func(t *testing.T) {
-			base := leakcheck.Goroutines()
-			fdBase, _ := leakcheck.FDs()
-			h := newHarness(t, cfg, unix)
-			// Registered first, so it runs last: after every client and
-			// raw transport the test opened has been closed.
-			t.Cleanup(func() {
-				h.shutdown(t, base, fdBase, 5*time.Second)
-				// Every client is closed by now: no mapping of the store,
-				// cached or not, is left.
-				if m, err := leakcheck.Mappings(h.root); err == nil && m != 0 {
-					t.Errorf("%d mappings of the store left after every client closed", m)
-				}
-			})
-			fn(t, h)
-		})
-	}
+	t.Run(name, func(t *testing.T) {
+		fn(t, leakCheckedHarness(t, cfg, unix, 5*time.Second))
+	})
+}
+
+// leakCheckedHarness is newHarness with a cleanup registered first, so that
+// it runs last, after every client and raw transport the test opened has
+// been closed: it shuts the router down and checks that nothing is left.
+func leakCheckedHarness(t *testing.T, cfg router.Config, unix bool, fdWait time.Duration) *harness {
+	base, fdBase := leakcheck.Goroutines(), shmtest.FDs(t)
+	h := newHarness(t, cfg, unix)
+	t.Cleanup(func() { h.shutdown(t, base, fdBase, fdWait) })
+	return h
 }
 
 // shutdown shuts the router down and checks that no goroutine is left
-// above base and no descriptor above fdBase. A descriptor closed while
-// another goroutine is blocked on it is released when that call returns:
-// it waits up to fdWait for that.
+// above base, no descriptor above fdBase and no mapping of the store,
+// cached or not (every client is closed by then). A descriptor closed
+// while another goroutine is blocked on it is released when that call
+// returns: it waits up to fdWait for that.
 func (h *harness) shutdown(t *testing.T, base, fdBase int, fdWait time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -121,7 +132,7 @@ func (h *harness) shutdown(t *testing.T, base, fdBase int, fdWait time.Duration)
 	leakcheck.WaitGoroutines(t, base)
 	deadline := time.Now().Add(fdWait)
 	for {
-		fds, _ := leakcheck.FDs()
+		fds := shmtest.FDs(t)
 		if fds <= fdBase {
 			break
 		}
@@ -130,6 +141,9 @@ func (h *harness) shutdown(t *testing.T, base, fdBase int, fdWait time.Duration)
 			break
 		}
 		time.Sleep(time.Millisecond)
+	}
+	if m := shmtest.Mappings(t, h.root); m != 0 {
+		t.Errorf("%d mappings of the store left after every client closed", m)
 	}
 }
 
@@ -215,24 +229,22 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// code extracts a bus error code, failing the test when err is not one.
-func code(t *testing.T, err error) wire.ErrorCode {
+// busError is the *wire.BusError in err, failing the test when there is
+// none.
+func busError(t *testing.T, err error) *wire.BusError {
 	t.Helper()
 	var be *wire.BusError
 	if !errors.As(err, &be) {
 		t.Fatalf("want a *wire.BusError, got %v", err)
 	}
-	return be.Code
+	return be
 }
 
-func dispatchOf(t *testing.T, err error) wire.Dispatch {
-	t.Helper()
-	var be *wire.BusError
-	if !errors.As(err, &be) {
-		t.Fatalf("want a *wire.BusError, got %v", err)
-	}
-	return be.Dispatch
-}
+// code and dispatchOf extract a bus error's code and dispatch, failing the
+// test when err is not one.
+func code(t *testing.T, err error) wire.ErrorCode { t.Helper(); return busError(t, err).Code }
+
+func dispatchOf(t *testing.T, err error) wire.Dispatch { t.Helper(); return busError(t, err).Dispatch }
 
 // waitFor polls cond, yielding between checks, until it holds or the test's
 // deadline passes. It is for router-internal effects that emit no frame
@@ -408,40 +420,39 @@ func orFatal[T any](t *testing.T, v T, err error) T {
 	return v
 }
 
-func mustSubscribe(t *testing.T, ctx context.Context, c *client.Client, topic string, cfg client.SubscriptionConfig) *client.Subscription {
-	t.Helper()
-	s, err := c.Subscribe(ctx, topic, cfg)
-	return orFatal(t, s, err)
+// step makes a test step of an SDK method that takes a context: it fails
+// the test on an error.
+func step[H, R any](method func(H, context.Context) (R, error)) func(*testing.T, context.Context, H) R {
+	return func(t *testing.T, ctx context.Context, h H) R {
+		t.Helper()
+		r, err := method(h, ctx)
+		return orFatal(t, r, err)
+	}
 }
 
-func mustRegister(t *testing.T, ctx context.Context, c *client.Client, name string, cfg client.ServiceConfig) *client.Service {
-	t.Helper()
-	svc, err := c.Register(ctx, name, cfg)
-	return orFatal(t, svc, err)
+// step2 is step for a method that takes two arguments after its context.
+func step2[H, A, B, R any](method func(H, context.Context, A, B) (R, error)) func(*testing.T, context.Context, H, A, B) R {
+	return func(t *testing.T, ctx context.Context, h H, a A, b B) R {
+		t.Helper()
+		r, err := method(h, ctx, a, b)
+		return orFatal(t, r, err)
+	}
 }
+
+var (
+	mustSubscribe = step2((*client.Client).Subscribe)
+	mustRegister  = step2((*client.Client).Register)
+	nextMessage   = step((*client.Subscription).Next)
+	nextRequest   = step((*client.Service).Next)
+	mustResult    = step((*client.PendingCall).Result)
+	mustMap       = step((*client.Artifact).View)
+	mustAllocate  = step2(client.Artifacts.Allocate)
+)
 
 func mustCall(t *testing.T, ctx context.Context, c *client.Client, target string, pin wire.ServiceInc, method string, payload any, atts ...client.Attachment) *client.PendingCall {
 	t.Helper()
 	p, err := c.Call(ctx, target, pin, method, payload, atts...)
 	return orFatal(t, p, err)
-}
-
-func nextMessage(t *testing.T, ctx context.Context, s *client.Subscription) *client.Message {
-	t.Helper()
-	m, err := s.Next(ctx)
-	return orFatal(t, m, err)
-}
-
-func nextRequest(t *testing.T, ctx context.Context, svc *client.Service) *client.Request {
-	t.Helper()
-	req, err := svc.Next(ctx)
-	return orFatal(t, req, err)
-}
-
-func mustResult(t *testing.T, ctx context.Context, p *client.PendingCall) *client.Result {
-	t.Helper()
-	res, err := p.Result(ctx)
-	return orFatal(t, res, err)
 }
 
 // attached is what carries named attachments: a message, a request or a
@@ -456,19 +467,19 @@ func mustArtifact(t *testing.T, from attached, name string) *client.Artifact {
 	return orFatal(t, a, err)
 }
 
-func mustMap(t *testing.T, ctx context.Context, a *client.Artifact) *client.ArtifactView {
-	t.Helper()
-	v, err := a.View(ctx)
-	return orFatal(t, v, err)
-}
-
 // pubSub dials a publisher and a subscriber, declares topic and subscribes
 // to it: where most publish/subscribe tests start.
 func (h *harness) pubSub(pubID, subID, topic string, r wire.Retention, cfg client.SubscriptionConfig) (pub, sub *client.Client, s *client.Subscription) {
 	h.t.Helper()
 	pub, sub = h.dial(pubID), h.dial(subID)
-	mustDeclare(h.t, pub, topic, r)
-	return pub, sub, mustSubscribe(h.t, ctxT(h.t), sub, topic, cfg)
+	return pub, sub, declareAndSubscribe(h.t, pub, sub, topic, r, cfg)
+}
+
+// declareAndSubscribe declares topic through pub and subscribes sub to it.
+func declareAndSubscribe(t *testing.T, pub, sub *client.Client, topic string, r wire.Retention, cfg client.SubscriptionConfig) *client.Subscription {
+	t.Helper()
+	mustDeclare(t, pub, topic, r)
+	return mustSubscribe(t, ctxT(t), sub, topic, cfg)
 }
 
 // serviceAndCaller dials a service's client, registers name on it and
@@ -486,6 +497,17 @@ func openLocation(t *testing.T, h *harness, open func(root, storeID, relPath str
 	t.Helper()
 	f, err := open(h.root, loc.StoreID.String(), loc.RelativePath)
 	return orFatal(t, f, err)
+}
+
+// writeLocation writes data into the staging file of a grant's write
+// location, as a producer does before its seal.
+func writeLocation(t *testing.T, h *harness, loc wire.Location, data []byte) {
+	t.Helper()
+	f := openLocation(t, h, store.OpenWrite, loc)
+	defer f.Close()
+	if _, err := f.WriteAt(data, 0); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // rawOK sends a command through a raw client and decodes its reply into

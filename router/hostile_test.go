@@ -17,7 +17,6 @@ import (
 
 	"github.com/flybus/flybus/client"
 	"github.com/flybus/flybus/router"
-	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -26,9 +25,7 @@ import (
 // connection.closing before it is closed, even when the client has already
 // sent its hello (and its write may fail because the router closed first).
 func TestFullRouterRefusalSaysWhy(t *testing.T) {
-	l := wire.DefaultLimits()
-	l.MaxClients = 1
-	forEachTransport(t, router.Config{Policy: router.OpenPolicy(), Limits: l}, func(t *testing.T, h *harness) {
+	forEachTransport(t, openWith(wire.Limits{MaxClients: 1}), func(t *testing.T, h *harness) {
 		h.dial("first")
 		if !h.unix {
 			_, err := h.r.ConnectInMemory()
@@ -311,9 +308,7 @@ func TestSealOfReplacedStagingFileFails(t *testing.T) {
 				r := newRaw(t, h.conn(""))
 				r.hello("replacer")
 				alloc := rawAllocate(t, r, 4096)
-				f := openLocation(t, h, store.OpenWrite, alloc.WriteLocation)
-				f.WriteAt(frameBytes(1, 4096), 0)
-				f.Close()
+				writeLocation(t, h, alloc.WriteLocation, frameBytes(1, 4096))
 				// Beside the store directory, so on the same filesystem.
 				other := filepath.Join(h.root, "other")
 				secret := bytes.Repeat([]byte("secret!\n"), 512)

@@ -254,14 +254,9 @@ func (b *memBuffer) grow(need int) {
 func (b *memBuffer) closeReader() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.rclosed {
-		return
+	if b.closeEnd(&b.rclosed, &b.rdl) {
+		b.buf, b.start, b.n = nil, 0, 0
 	}
-	b.rclosed = true
-	b.buf, b.start, b.n = nil, 0, 0
-	b.rdl.stop()
-	b.readable.Broadcast()
-	b.writable.Broadcast()
 }
 
 // closeWriter is the writing end's Close: the reader drains what is
@@ -269,16 +264,23 @@ func (b *memBuffer) closeReader() {
 func (b *memBuffer) closeWriter() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.wclosed {
-		return
-	}
-	b.wclosed = true
-	if b.n == 0 {
+	if b.closeEnd(&b.wclosed, &b.wdl) && b.n == 0 {
 		b.buf = nil
 	}
-	b.wdl.stop()
+}
+
+// closeEnd closes one end, unless it is closed already (then it reports
+// false): it stops the end's deadline and wakes every waiting Read and
+// Write. The caller holds b.mu.
+func (b *memBuffer) closeEnd(closed *bool, dl *memDeadline) bool {
+	if *closed {
+		return false
+	}
+	*closed = true
+	dl.stop()
 	b.readable.Broadcast()
 	b.writable.Broadcast()
+	return true
 }
 
 func (b *memBuffer) setReadDeadline(t time.Time) error {

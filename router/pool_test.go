@@ -30,9 +30,7 @@ func poolConfig() router.Config {
 func rawSealed(t *testing.T, h *harness, r *raw, n int, seed byte) wire.SealOK {
 	t.Helper()
 	alloc := rawAllocate(t, r, uint64(n))
-	f := openLocation(t, h, store.OpenWrite, alloc.WriteLocation)
-	f.WriteAt(frameBytes(seed, n), 0)
-	f.Close()
+	writeLocation(t, h, alloc.WriteLocation, frameBytes(seed, n))
 	var ok wire.SealOK
 	rawOK(t, r, wire.OpArtifactSeal, &wire.Seal{ArtifactID: alloc.ArtifactID, Generation: alloc.Generation, OwnerID: alloc.OwnerID}, &ok)
 	return ok

@@ -1,14 +1,12 @@
 package router_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strings"
 	"testing"
 
 	"github.com/flybus/flybus/client"
-	"github.com/flybus/flybus/router"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -198,8 +196,7 @@ func TestLatestSubscriberNeverRefusesAPublication(t *testing.T) {
 		if q := h.r.Stats().QueuedBytes; q != 0 {
 			t.Fatalf("latest slots counted in the bounded byte pool: %d", q)
 		}
-		m, _ := s.Next(ctx)
-		m.Close()
+		nextMessage(t, ctx, s).Close()
 	})
 }
 
@@ -250,7 +247,7 @@ func TestRetainedReplayPrecedesLaterPublications(t *testing.T) {
 		}
 		m.Close()
 		// s2 saw no replay: prove it by a fresh subscriber getting 4.
-		s3, _ := subc.Subscribe(ctx, "snapshots", client.Latest().Replay(true))
+		s3 := mustSubscribe(t, ctx, subc, "snapshots", client.Latest().Replay(true))
 		m, n = next(t, s3)
 		if n != 4 || m.TopicSequence != 4 {
 			t.Fatalf("replay of 4: n=%d seq=%d", n, m.TopicSequence)
@@ -287,10 +284,7 @@ func TestCreditsReturnOnlyOnConsume(t *testing.T) {
 
 func TestUnsubscribeKeepsDeliveredMessages(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		pub, subc := h.dial("pub"), h.dial("sub")
-		mustDeclare(t, pub, "t", wire.RetainNone)
-		s, _ := subc.Subscribe(ctx, "t", client.Bounded().InFlight(1))
+		pub, _, s := h.pubSub("pub", "sub", "t", wire.RetainNone, client.Bounded().InFlight(1))
 		mustPublish(t, pub, "t", 1)
 		mustPublish(t, pub, "t", 2)
 		held, _ := next(t, s)
@@ -336,10 +330,8 @@ func TestSaturatedSubscriberDoesNotDelayControlOrRPC(t *testing.T) {
 		ctx := ctxT(t)
 		pub, slow, svcClient := h.dial("pub"), h.dial("slow"), h.dial("svc")
 		mustDeclare(t, pub, "firehose", wire.RetainNone)
-		if _, err := slow.Subscribe(ctx, "firehose", client.Bounded().Queued(64).InFlight(16)); err != nil {
-			t.Fatal(err)
-		}
-		svc, _ := svcClient.Register(ctx, "status", client.ServiceConfig{})
+		mustSubscribe(t, ctx, slow, "firehose", client.Bounded().Queued(64).InFlight(16))
+		svc := mustRegister(t, ctx, svcClient, "status", client.ServiceConfig{})
 		go serveCounter(ctx, svc)
 		for i := range 200 {
 			if _, err := pub.Publish(ctx, "firehose", tick{N: i}); err != nil {
@@ -362,10 +354,7 @@ func TestSaturatedSubscriberDoesNotDelayControlOrRPC(t *testing.T) {
 }
 
 func TestSubscriptionQuotas(t *testing.T) {
-	l := wire.DefaultLimits()
-	l.MaxSubscriptionsPerClient = 2
-	l.MaxTopics = 3
-	forEachTransport(t, router.Config{Policy: router.OpenPolicy(), Limits: l}, func(t *testing.T, h *harness) {
+	forEachTransport(t, openWith(wire.Limits{MaxSubscriptionsPerClient: 2, MaxTopics: 3}), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		c := h.dial("c")
 		for _, n := range []string{"a", "b", "c"} {
@@ -375,9 +364,7 @@ func TestSubscriptionQuotas(t *testing.T) {
 			t.Fatalf("maxTopics: %v", err)
 		}
 		for _, n := range []string{"a", "b"} {
-			if _, err := c.Subscribe(ctx, n, client.Latest()); err != nil {
-				t.Fatal(err)
-			}
+			mustSubscribe(t, ctx, c, n, client.Latest())
 		}
 		if _, err := c.Subscribe(ctx, "c", client.Latest()); code(t, err) != wire.ErrQuotaExceeded {
 			t.Fatalf("maxSubscriptionsPerClient: %v", err)
@@ -452,10 +439,7 @@ func TestClearKeepsDeliveredArtifacts(t *testing.T) {
 		if st := h.r.Stats(); st.ArtifactRoots != 1 || st.Artifacts != 1 || st.RetainedBytes != 0 {
 			t.Fatalf("after clear: %+v", st)
 		}
-		got, err := img.ReadAll(ctx)
-		if err != nil || !bytes.Equal(got, data) {
-			t.Fatalf("the delivered artifact after clear: %v", err)
-		}
+		checkBytes(t, ctx, img, data, "the delivered artifact after clear")
 		if sealedFiles(t, h) != 1 {
 			t.Fatal("collected while a delivery still held it")
 		}
@@ -468,9 +452,7 @@ func TestClearKeepsDeliveredArtifacts(t *testing.T) {
 }
 
 func TestRetainedBytesAreCapped(t *testing.T) {
-	l := wire.DefaultLimits()
-	l.MaxRetainedBytes = 100_000
-	forEachTransport(t, router.Config{Policy: router.OpenPolicy(), Limits: l}, func(t *testing.T, h *harness) {
+	forEachTransport(t, openWith(wire.Limits{MaxRetainedBytes: 100_000}), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		c := h.dial("p")
 		mustDeclare(t, c, "a", wire.RetainLatest)
@@ -491,7 +473,9 @@ func TestRetainedBytesAreCapped(t *testing.T) {
 		if _, err := c.Publish(ctx, "a", nil, client.Attach("f", big)); err != nil {
 			t.Fatalf("replacing the retained value: %v", err)
 		}
-		c.ClearTopic(ctx, "a")
+		if _, err := c.ClearTopic(ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
 		small.Close()
 		big.Close()
 		waitFor(t, "everything released", settled(h))
@@ -501,10 +485,7 @@ func TestRetainedBytesAreCapped(t *testing.T) {
 // Topic deliveries use the owner budget minus the reserve kept for RPC; a
 // message over it waits in its queue, and RPC results still arrive.
 func TestTopicDeliveriesLeaveTheRPCReserve(t *testing.T) {
-	l := wire.DefaultLimits()
-	l.MaxOwnersPerClient = 6
-	l.ReservedOwnersPerClient = 2
-	forEachTransport(t, router.Config{Policy: router.OpenPolicy(), Limits: l}, func(t *testing.T, h *harness) {
+	forEachTransport(t, openWith(wire.Limits{MaxOwnersPerClient: 6, ReservedOwnersPerClient: 2}), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		pub, sub, svcc := h.dial("pub"), h.dial("sub"), h.dial("svc")
 		mustDeclare(t, pub, "t", wire.RetainNone)
@@ -522,7 +503,7 @@ func TestTopicDeliveriesLeaveTheRPCReserve(t *testing.T) {
 		if m, ok := s.TryNext(); ok {
 			t.Fatalf("delivered past the topic budget: %+v", m)
 		}
-		svc, _ := svcc.Register(ctx, "status", client.ServiceConfig{})
+		svc := mustRegister(t, ctx, svcc, "status", client.ServiceConfig{})
 		go serveCounter(ctx, svc)
 		res, err := sub.CallAndWait(ctx, "status", 0, "S", counterArgs{Amount: 1})
 		if err != nil {
@@ -544,17 +525,12 @@ func TestTopicDeliveriesLeaveTheRPCReserve(t *testing.T) {
 }
 
 func TestTotalSubscriptionLimit(t *testing.T) {
-	l := wire.DefaultLimits()
-	l.MaxSubscriptions = 3
-	l.MaxSubscriptionsPerClient = 2
-	forEachTransport(t, router.Config{Policy: router.OpenPolicy(), Limits: l}, func(t *testing.T, h *harness) {
+	forEachTransport(t, openWith(wire.Limits{MaxSubscriptions: 3, MaxSubscriptionsPerClient: 2}), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		a, b := h.dial("a"), h.dial("b")
 		mustDeclare(t, a, "t", wire.RetainNone)
 		for _, c := range []*client.Client{a, a, b} {
-			if _, err := c.Subscribe(ctx, "t", client.Latest()); err != nil {
-				t.Fatal(err)
-			}
+			mustSubscribe(t, ctx, c, "t", client.Latest())
 		}
 		if _, err := b.Subscribe(ctx, "t", client.Latest()); code(t, err) != wire.ErrQuotaExceeded {
 			t.Fatalf("over maxSubscriptions: %v", err)
@@ -565,31 +541,31 @@ func TestTotalSubscriptionLimit(t *testing.T) {
 // A retained replay into a bounded subscription is admitted under the same
 // byte pool as a publication.
 func TestBoundedReplayRespectsTheBytePool(t *testing.T) {
-	l := wire.DefaultLimits()
-	l.MaxQueuedBytesPerClient = 100_000
-	forEachTransport(t, router.Config{Policy: router.OpenPolicy(), Limits: l}, func(t *testing.T, h *harness) {
+	forEachTransport(t, openWith(wire.Limits{MaxQueuedBytesPerClient: 100_000}), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		pub, sub := h.dial("pub"), h.dial("sub")
 		mustDeclare(t, pub, "big", wire.RetainLatest)
 		mustDeclare(t, pub, "fill", wire.RetainNone)
-		pad := strings.Repeat("x", 60_000)
-		if _, err := pub.Publish(ctx, "big", map[string]string{"pad": pad}); err != nil {
-			t.Fatal(err)
+		publish60KB := func(topic string) {
+			t.Helper()
+			if _, err := pub.Publish(ctx, topic, map[string]string{"pad": strings.Repeat("x", 60_000)}); err != nil {
+				t.Fatal(err)
+			}
 		}
+		publish60KB("big")
 		// Occupy the pool: a bounded subscription with one in flight held
 		// and one 60 KB message queued.
-		s1, _ := sub.Subscribe(ctx, "fill", client.Bounded().InFlight(1))
-		pub.Publish(ctx, "fill", map[string]string{"pad": pad})
+		s1 := mustSubscribe(t, ctx, sub, "fill", client.Bounded().InFlight(1))
+		publish60KB("fill")
 		held := nextMessage(t, ctx, s1)
-		pub.Publish(ctx, "fill", map[string]string{"pad": pad})
+		publish60KB("fill")
 		waitFor(t, "60 KB queued", func() bool { return h.r.Stats().QueuedBytes > 60_000 })
 		if _, err := sub.Subscribe(ctx, "big", client.Bounded().Replay(true)); code(t, err) != wire.ErrBackpressure {
 			t.Fatalf("replay over the byte pool: %v", err)
 		}
 		// A latest subscriber's replay is outside the pool.
-		s3 := mustSubscribe(t, ctx, sub, "big", client.Latest().Replay(true))
-		m := nextMessage(t, ctx, s3)
-		m.Close()
+		latest := mustSubscribe(t, ctx, sub, "big", client.Latest().Replay(true))
+		nextMessage(t, ctx, latest).Close()
 		held.Close()
 	})
 }

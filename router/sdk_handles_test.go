@@ -1,7 +1,6 @@
 package router_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -25,6 +24,22 @@ func isClosedHandle(t *testing.T, what string, err error) {
 	}
 }
 
+func mustClone(t *testing.T, a *client.Artifact) *client.Artifact {
+	t.Helper()
+	c, err := a.Clone()
+	return orFatal(t, c, err)
+}
+
+// waitSettled waits until the router holds nothing, then checks that no
+// control command of c was refused: none was a use after release.
+func waitSettled(t *testing.T, h *harness, what string, c *client.Client) {
+	t.Helper()
+	waitFor(t, what, settled(h))
+	if n := c.ControlErrors(); n != 0 {
+		t.Fatalf("%d refused control commands (a use after release)", n)
+	}
+}
+
 // A handle refuses use after its own Close even while another share of its
 // delivery or hold keeps the owner alive on the router.
 func TestHandlesRefuseUseAfterTheirOwnClose(t *testing.T) {
@@ -45,10 +60,7 @@ func TestHandlesRefuseUseAfterTheirOwnClose(t *testing.T) {
 		isClosedHandle(t, "Message.Decode", m.Decode(&struct{}{}))
 
 		// Artifact: closed while a clone shares the delivery.
-		clone, err := img.Clone()
-		if err != nil {
-			t.Fatal(err)
-		}
+		clone := mustClone(t, img)
 		img.Close()
 		_, err = img.View(ctx)
 		isClosedHandle(t, "Artifact.View", err)
@@ -179,9 +191,8 @@ func TestErrorsNameWhatEnded(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		c := h.dial("closer")
-		mustDeclare(t, c, "t", wire.RetainNone)
+		s := declareAndSubscribe(t, c, c, "t", wire.RetainNone, client.Latest())
 		svc := mustRegister(t, ctx, c, "svc", client.ServiceConfig{})
-		s := mustSubscribe(t, ctx, c, "t", client.Latest())
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -245,10 +256,7 @@ func TestConnectRefusesANilConnection(t *testing.T) {
 // A client refused by a full router learns why (QUOTA_EXCEEDED), whether its
 // hello was written before the router closed or failed with a broken pipe.
 func TestConnectToAFullRouterSaysWhy(t *testing.T) {
-	cfg := open()
-	cfg.Limits = wire.DefaultLimits()
-	cfg.Limits.MaxClients = 1
-	h := newHarness(t, cfg, true)
+	h := newHarness(t, openWith(wire.Limits{MaxClients: 1}), true)
 	defer h.r.Shutdown(context.Background())
 	first := h.dial("first")
 	for i := range 20 {
@@ -268,10 +276,7 @@ func TestCloneSharesTheOwner(t *testing.T) {
 		c := h.dial("producer")
 		data := frameBytes(11, 4096)
 		a := produce(t, c, data)
-		cl, err := a.Clone()
-		if err != nil {
-			t.Fatal(err)
-		}
+		cl := mustClone(t, a)
 		if cl.OwnerID() != a.OwnerID() || cl.Ref() != a.Ref() {
 			t.Fatalf("clone %v %+v, original %v %+v", cl.OwnerID(), cl.Ref(), a.OwnerID(), a.Ref())
 		}
@@ -280,15 +285,9 @@ func TestCloneSharesTheOwner(t *testing.T) {
 		if st := h.r.Stats(); st.Owners != 1 || st.ArtifactRoots != 1 || st.Artifacts != 1 {
 			t.Fatalf("closing the original released the shared owner: %+v", st)
 		}
-		got, err := cl.ReadAll(ctx)
-		if err != nil || !bytes.Equal(got, data) {
-			t.Fatalf("the clone after the original closed: %v", err)
-		}
+		checkBytes(t, ctx, cl, data, "the clone after the original closed")
 		cl.Close()
-		waitFor(t, "the owner released after both closed", settled(h))
-		if n := c.ControlErrors(); n != 0 {
-			t.Fatalf("%d refused control commands", n)
-		}
+		waitSettled(t, h, "the owner released after both closed", c)
 	})
 }
 
@@ -313,15 +312,8 @@ func TestLocalClonesSendNothing(t *testing.T) {
 		var handles []*client.Artifact
 		for range 2 {
 			x := mustArtifact(t, m, "img")
-			y, err := x.Clone()
-			if err != nil {
-				t.Fatal(err)
-			}
-			z, err := y.Clone()
-			if err != nil {
-				t.Fatal(err)
-			}
-			handles = append(handles, x, y, z)
+			y := mustClone(t, x)
+			handles = append(handles, x, y, mustClone(t, y))
 		}
 		barrier(t, cons) // flushes anything the clones might have queued
 		if ops := tc.opsSince(before); len(ops) != 1 || ops[0] != wire.OpTopicDeclare.String() {
@@ -334,10 +326,7 @@ func TestLocalClonesSendNothing(t *testing.T) {
 			x.Close()
 		}
 		m.Close()
-		waitFor(t, "everything released", settled(h))
-		if n := cons.ControlErrors(); n != 0 {
-			t.Fatalf("%d refused control commands", n)
-		}
+		waitSettled(t, h, "everything released", cons)
 	})
 }
 
@@ -404,17 +393,11 @@ func TestExpiredPublishKeepsTheGuard(t *testing.T) {
 			t.Fatalf("the late publication was not admitted: %v", err)
 		}
 		img := mustArtifact(t, m, "img")
-		got, err := img.ReadAll(ctx)
-		if err != nil || !bytes.Equal(got, data) {
-			t.Fatalf("the published artifact: %v", err)
-		}
+		checkBytes(t, ctx, img, data, "the published artifact")
 		img.Close()
 		m.Close()
 		barrier(t, prod) // the late reply has been handled
-		waitFor(t, "everything released", settled(h))
-		if n := prod.ControlErrors(); n != 0 {
-			t.Fatalf("%d refused control commands (a use after release)", n)
-		}
+		waitSettled(t, h, "everything released", prod)
 		ops := tc.opsSince(0)
 		for i, op := range ops {
 			if op == wire.OpPublish.String() {

@@ -153,40 +153,14 @@ func (s *sim) receive(ss *simSession, f *frame) {
 	}
 }
 
-func simReplyValue(op wire.Op) wire.Body {
-	switch op {
-	case wire.OpHello:
-		return &wire.HelloOK{}
-	case wire.OpServiceRegister:
-		return &wire.RegisterOK{}
-	case wire.OpServiceUnregister, wire.OpUnsubscribe:
-		return &wire.Removed{}
-	case wire.OpRPCCall:
-		return &wire.CallOK{}
-	case wire.OpRPCReply:
-		return &wire.Routed{}
-	case wire.OpRPCCancel:
-		return &wire.CancelOK{}
-	case wire.OpRPCResponderRelease, wire.OpDeliveryConsumed, wire.OpArtifactRelease:
-		return &wire.Released{}
-	case wire.OpTopicDeclare:
-		return &wire.DeclareOK{}
-	case wire.OpTopicClear:
-		return &wire.Cleared{}
-	case wire.OpTopicDelete:
-		return &wire.Deleted{}
-	case wire.OpSubscribe:
-		return &wire.SubscribeOK{}
-	case wire.OpPublish:
-		return &wire.PublishOK{}
-	case wire.OpArtifactAllocate:
-		return &wire.AllocateOK{}
-	case wire.OpArtifactSeal:
-		return &wire.SealOK{}
-	case wire.OpArtifactOpen:
-		return &wire.OpenOK{}
-	case wire.OpArtifactRetain:
-		return &wire.RetainOK{}
+// replyValue is a fresh decode target for the reply to op, the one
+// wire.Shapes names (the simulation's clients and the fuzz harness decode
+// replies into it).
+func replyValue(op wire.Op) wire.Body {
+	for _, sh := range wire.Shapes() {
+		if sh.Op == op && sh.Reply != nil {
+			return sh.Reply
+		}
 	}
 	return &wire.Released{}
 }
@@ -202,7 +176,7 @@ func (s *sim) onReply(ss *simSession, env *wire.Envelope) {
 	if env.Op != cmd.op {
 		s.fail("frames", "%s: msg-%d was %s, its reply says %s", ss.name, id, cmd.op, env.Op)
 	}
-	v := simReplyValue(cmd.op)
+	v := replyValue(cmd.op)
 	be, err := env.DecodeReply(v)
 	if err != nil {
 		s.fail("frames", "%s: malformed %s reply: %v", ss.name, cmd.op, err)
@@ -376,27 +350,8 @@ func (s *sim) onCancel(ss *simSession, cmd *simCmd, be *wire.BusError, ok *wire.
 }
 
 func (s *sim) onConsumed(ss *simSession, cmd *simCmd, be *wire.BusError, ok *wire.Released) {
-	if be != nil {
-		if !cmd.mustFail {
-			s.fail("refusals", "%s: delivery.consumed of issued ids refused: %v", ss.name, be)
-		}
-		for _, d := range cmd.dlvs {
-			if dv := ss.dlvs[d]; dv != nil {
-				dv.consuming--
-			}
-		}
-		return
-	}
-	held := map[wire.DeliveryID]bool{}
-	for _, d := range cmd.dlvs {
-		if ss.dlvs[d] != nil {
-			held[d] = true
-		}
-	}
-	if ok.Released != uint64(len(held)) {
-		s.fail("client-view", "%s: consumed %v released %d; the client held %d of them", ss.name, cmd.dlvs, ok.Released, len(held))
-	}
-	for _, d := range slices.Sorted(maps.Keys(held)) {
+	held := func(d wire.DeliveryID) (wire.DeliveryID, bool) { return d, ss.dlvs[d] != nil }
+	for _, d := range simOnGiveBack(s, ss, cmd, be, ok, cmd.dlvs, ss.consuming, held) {
 		dv := ss.dlvs[d]
 		delete(ss.dlvs, d)
 		ss.retire(d)
@@ -455,29 +410,71 @@ func (s *sim) onSeal(ss *simSession, cmd *simCmd, be *wire.BusError, ok *wire.Se
 }
 
 func (s *sim) onRelease(ss *simSession, cmd *simCmd, be *wire.BusError, ok *wire.Released) {
-	if be != nil {
-		if !cmd.mustFail {
-			s.fail("refusals", "%s: release of issued holds refused: %v", ss.name, be)
-		}
-		for _, o := range cmd.owners {
-			if h := ss.holds[o.N]; h != nil && !o.Delivery {
-				h.releasing--
-			}
-		}
-		return
-	}
-	held := map[uint64]bool{}
-	for _, o := range cmd.owners {
-		if ss.holds[o.N] != nil {
-			held[o.N] = true
-		}
-	}
-	if ok.Released != uint64(len(held)) {
-		s.fail("client-view", "%s: release %v released %d; the client held %d of them", ss.name, cmd.owners, ok.Released, len(held))
-	}
-	for _, own := range slices.Sorted(maps.Keys(held)) {
+	held := func(o wire.OwnerID) (uint64, bool) { return o.N, ss.holds[o.N] != nil }
+	for _, own := range simOnGiveBack(s, ss, cmd, be, ok, cmd.owners, ss.releasing, held) {
 		delete(ss.holds, own)
 		ss.released = append(ss.released, own)
+	}
+}
+
+// consuming is the count of delivery.consumed commands awaiting their
+// replies that name d, or nil when the client does not hold d.
+func (ss *simSession) consuming(d wire.DeliveryID) *int {
+	if dv := ss.dlvs[d]; dv != nil {
+		return &dv.consuming
+	}
+	return nil
+}
+
+// releasing is the count of artifact.release commands awaiting their
+// replies that name o, or nil when o is no hold the client has.
+func (ss *simSession) releasing(o wire.OwnerID) *int {
+	if h := ss.holds[o.N]; h != nil && !o.Delivery {
+		return &h.releasing
+	}
+	return nil
+}
+
+// simPending adds n to the count that counter finds for each of ids.
+func simPending[I any](ids []I, counter func(I) *int, n int) {
+	for _, id := range ids {
+		if c := counter(id); c != nil {
+			*c += n
+		}
+	}
+}
+
+// simOnGiveBack checks the reply to a command that gives back ids the
+// client holds (delivery.consumed, artifact.release). Only a tampered one
+// may be refused, and then its ids are no longer pending (pending finds
+// their counts); otherwise it must have released exactly the ids the client
+// held, which it returns sorted and once each, keyed as held says.
+func simOnGiveBack[I any, K cmp.Ordered](s *sim, ss *simSession, cmd *simCmd, be *wire.BusError, ok *wire.Released,
+	ids []I, pending func(I) *int, held func(I) (K, bool)) []K {
+	if be != nil {
+		if !cmd.mustFail {
+			s.fail("refusals", "%s: %s of issued ids refused: %v", ss.name, cmd.op, be)
+		}
+		simPending(ids, pending, -1)
+		return nil
+	}
+	keys := map[K]bool{}
+	for _, id := range ids {
+		if k, ok := held(id); ok {
+			keys[k] = true
+		}
+	}
+	if ok.Released != uint64(len(keys)) {
+		s.fail("client-view", "%s: %s %v released %d; the client held %d of them", ss.name, cmd.op, ids, ok.Released, len(keys))
+	}
+	return slices.Sorted(maps.Keys(keys))
+}
+
+// decodeBody decodes env's body into v, failing "frames" when it is
+// malformed.
+func (s *sim) decodeBody(ss *simSession, env *wire.Envelope, v wire.Body) {
+	if be := env.DecodeBody(v); be != nil {
+		s.fail("frames", "%s: malformed %s: %v", ss.name, env.Op, be)
 	}
 }
 
@@ -487,9 +484,7 @@ func (s *sim) onDelivery(ss *simSession, env *wire.Envelope) {
 	switch env.Op {
 	case wire.OpRPCRequest:
 		var req wire.Request
-		if err := env.DecodeBody(&req); err != nil {
-			s.fail("frames", "%s: malformed request: %v", ss.name, err)
-		}
+		s.decodeBody(ss, env, &req)
 		dlv = req.DeliveryID
 		if ss.services[req.Target] != req.ServiceIncarnation {
 			s.fail("client-view", "%s: request for %s %s, which the client does not serve", ss.name, req.Target, req.ServiceIncarnation)
@@ -500,9 +495,7 @@ func (s *sim) onDelivery(ss *simSession, env *wire.Envelope) {
 			req.Caller.ClientID, req.Caller.ClientIncarnation, len(req.Payload), simAtts(atts))
 	case wire.OpRPCResult:
 		var res wire.Result
-		if err := env.DecodeBody(&res); err != nil {
-			s.fail("frames", "%s: malformed result: %v", ss.name, err)
-		}
+		s.decodeBody(ss, env, &res)
 		dlv = res.DeliveryID
 		cl := ss.calls[res.CallID]
 		if cl == nil || !cl.accepted || cl.resultSeen {
@@ -514,9 +507,7 @@ func (s *sim) onDelivery(ss *simSession, env *wire.Envelope) {
 		s.logf("%s < bus-%d rpc.result %s %s outcome=%dB atts=%s", ss.name, env.ID, dlv, res.CallID, len(res.Outcome), simAtts(atts))
 	case wire.OpTopicMessage:
 		var m wire.TopicMessage
-		if err := env.DecodeBody(&m); err != nil {
-			s.fail("frames", "%s: malformed message: %v", ss.name, err)
-		}
+		s.decodeBody(ss, env, &m)
 		dlv = m.DeliveryID
 		sub := ss.subs[m.SubscriptionID]
 		switch {
@@ -556,9 +547,7 @@ func (s *sim) onNotice(ss *simSession, env *wire.Envelope) {
 	switch env.Op {
 	case wire.OpCallFailed:
 		var n wire.CallFailed
-		if err := env.DecodeBody(&n); err != nil {
-			s.fail("frames", "%s: malformed call.failed: %v", ss.name, err)
-		}
+		s.decodeBody(ss, env, &n)
 		s.logf("%s < bus-%d call.failed %s %s %s", ss.name, env.ID, n.CallID, n.Code, n.Dispatch)
 		cl := ss.calls[n.CallID]
 		if cl == nil || !cl.accepted || cl.resultSeen {
@@ -567,15 +556,11 @@ func (s *sim) onNotice(ss *simSession, env *wire.Envelope) {
 		delete(ss.calls, n.CallID)
 	case wire.OpRouteRemoved:
 		var n wire.RouteRemoved
-		if err := env.DecodeBody(&n); err != nil {
-			s.fail("frames", "%s: malformed route.removed: %v", ss.name, err)
-		}
+		s.decodeBody(ss, env, &n)
 		s.logf("%s < bus-%d route.removed %s %s %s", ss.name, env.ID, n.Name, n.ServiceIncarnation, n.Reason)
 	case wire.OpSubscriptionClosed:
 		var n wire.SubscriptionClosed
-		if err := env.DecodeBody(&n); err != nil {
-			s.fail("frames", "%s: malformed subscription.closed: %v", ss.name, err)
-		}
+		s.decodeBody(ss, env, &n)
 		s.logf("%s < bus-%d subscription.closed %s %s", ss.name, env.ID, n.SubscriptionID, n.Reason)
 		if ss.subs[n.SubscriptionID] == nil {
 			s.fail("client-view", "%s: subscription.closed for %s, which the client does not hold", ss.name, n.SubscriptionID)
@@ -583,9 +568,7 @@ func (s *sim) onNotice(ss *simSession, env *wire.Envelope) {
 		delete(ss.subs, n.SubscriptionID)
 	case wire.OpConnectionClosing:
 		var n wire.ConnectionClosing
-		if err := env.DecodeBody(&n); err != nil {
-			s.fail("frames", "%s: malformed connection.closing: %v", ss.name, err)
-		}
+		s.decodeBody(ss, env, &n)
 		s.logf("%s < bus-%d connection.closing %s: %s", ss.name, env.ID, n.Code, n.Message)
 		s.outcomes["closing:"+n.Code.String()]++
 		ss.closed = true

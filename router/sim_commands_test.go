@@ -53,19 +53,8 @@ func (s *sim) command() bool {
 		return false
 	}
 	ss := cands[s.rng.IntN(len(cands))]
-	w := ss.cl.weights
-	total := 0
-	for _, x := range w {
-		total += x
-	}
 	for {
-		r := s.rng.IntN(total)
-		i := 0
-		for r >= w[i] {
-			r -= w[i]
-			i++
-		}
-		if simOps[i].run(s, ss) {
+		if op := simOps[simWeighted(s.rng, ss.cl.weights, func(w int) int { return w })]; op.run(s, ss) {
 			return true
 		}
 	}
@@ -322,14 +311,17 @@ func (s *sim) opConsumed(ss *simSession) bool {
 		cmd.mustFail, cmd.tampered = true, "a never-issued delivery"
 	}
 	cmd.dlvs = ids
-	for _, d := range ids {
-		if dv := ss.dlvs[d]; dv != nil {
-			dv.consuming++
-		}
-	}
-	s.logf("%s > delivery.consumed %v%s", ss.name, ids, simTag(cmd.tampered, false, ""))
-	s.send(ss, wire.OpDeliveryConsumed, &wire.Consumed{DeliveryIDs: ids}, nil, cmd)
+	simSendGiveBack(s, ss, wire.OpDeliveryConsumed, &wire.Consumed{DeliveryIDs: ids}, ids, ss.consuming, cmd)
 	return true
+}
+
+// simSendGiveBack sends a command that gives back ids the client holds
+// (delivery.consumed, artifact.release), counting it as pending for each
+// of them that pending finds.
+func simSendGiveBack[I any](s *sim, ss *simSession, op wire.Op, body wire.Body, ids []I, pending func(I) *int, cmd *simCmd) {
+	simPending(ids, pending, 1)
+	s.logf("%s > %s %v%s", ss.name, op, ids, simTag(cmd.tampered, false, ""))
+	s.send(ss, op, body, nil, cmd)
 }
 
 func (s *sim) opAllocate(ss *simSession) bool {
@@ -437,13 +429,7 @@ func (s *sim) opRelease(ss *simSession) bool {
 		return false
 	}
 	cmd.owners = ids
-	for _, o := range ids {
-		if h := ss.holds[o.N]; h != nil && !o.Delivery {
-			h.releasing++
-		}
-	}
-	s.logf("%s > artifact.release %v%s", ss.name, ids, simTag(cmd.tampered, false, ""))
-	s.send(ss, wire.OpArtifactRelease, &wire.Release{OwnerIDs: ids}, nil, cmd)
+	simSendGiveBack(s, ss, wire.OpArtifactRelease, &wire.Release{OwnerIDs: ids}, ids, ss.releasing, cmd)
 	return true
 }
 

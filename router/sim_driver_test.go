@@ -250,29 +250,39 @@ func simPickSome[K cmp.Ordered, V any](rng *rand.Rand, m map[K]V, n int) []K {
 	return out
 }
 
+// simWeighted returns the index of one of items, each chosen with a chance
+// proportional to its weight (the weights are positive).
+func simWeighted[T any](rng *rand.Rand, items []T, weight func(T) int) int {
+	total := 0
+	for _, x := range items {
+		total += weight(x)
+	}
+	r := rng.IntN(total)
+	i := 0
+	for r >= weight(items[i]) {
+		r -= weight(items[i])
+		i++
+	}
+	return i
+}
+
+// simStepKind is one kind of random step; run returns false when it does
+// not apply.
+type simStepKind struct {
+	weight int // per mille
+	run    func(*sim) bool
+}
+
+var simStepKinds = [...]simStepKind{
+	{30, (*sim).connect}, {40, (*sim).sayHello}, {450, (*sim).command}, {310, (*sim).writerPulls},
+	{90, (*sim).completeEffect}, {65, (*sim).writerFinishes}, {12, (*sim).transportFails}, {3, (*sim).routerCloses},
+}
+
 // randomStep runs one operation chosen by weight among those that apply.
 func (s *sim) randomStep() {
 	for {
-		var ok bool
-		switch r := s.rng.IntN(1000); {
-		case r < 30:
-			ok = s.connect()
-		case r < 70:
-			ok = s.sayHello()
-		case r < 520:
-			ok = s.command()
-		case r < 830:
-			ok = s.writerPulls()
-		case r < 920:
-			ok = s.completeEffect()
-		case r < 985:
-			ok = s.writerFinishes()
-		case r < 997:
-			ok = s.transportFails()
-		default:
-			ok = s.routerCloses()
-		}
-		if ok {
+		k := simStepKinds[simWeighted(s.rng, simStepKinds[:], func(k simStepKind) int { return k.weight })]
+		if k.run(s) {
 			return
 		}
 	}
@@ -469,25 +479,15 @@ func (s *sim) sayHello() bool {
 // client reads at once.
 func (s *sim) writerPulls() bool {
 	var cands []*simSession
-	total := 0
 	for _, ss := range s.sessions {
 		if !ss.parked {
 			cands = append(cands, ss)
-			total += ss.speed()
 		}
 	}
-	if total == 0 {
+	if len(cands) == 0 {
 		return false
 	}
-	r := s.rng.IntN(total)
-	var ss *simSession
-	for _, x := range cands {
-		if r -= x.speed(); r < 0 {
-			ss = x
-			break
-		}
-	}
-	s.pullOnce(ss)
+	s.pullOnce(cands[simWeighted(s.rng, cands, (*simSession).speed)])
 	return true
 }
 
@@ -542,13 +542,12 @@ func (s *sim) transportFails() bool {
 		return false
 	}
 	ss := s.sessions[s.rng.IntN(len(s.sessions))]
+	what := "transport fails"
 	if s.rng.IntN(2) == 0 {
 		// The writer's write failed: it finishes, dropping outside step.
-		s.logf("%s transport fails (writer)", ss.name)
-		s.dropSession(ss)
-		return true
+		what += " (writer)"
 	}
-	s.logf("%s transport fails", ss.name)
+	s.logf("%s %s", ss.name, what)
 	s.dropSession(ss)
 	return true
 }

@@ -317,15 +317,15 @@ func (sc *simScenario) exec(args []string) error {
 	case "consume":
 		var ids []wire.DeliveryID
 		for i := range pos {
-			d := wire.DeliveryID(serial(wire.FamDelivery, i))
-			ids = append(ids, d)
-			if dv := ss.dlvs[d]; dv != nil {
-				dv.consuming++
-			}
+			ids = append(ids, wire.DeliveryID(serial(wire.FamDelivery, i)))
 		}
+		simPending(ids, ss.consuming, 1)
 		s.send(ss, wire.OpDeliveryConsumed, &wire.Consumed{DeliveryIDs: ids}, nil, &simCmd{dlvs: ids})
 	case "allocate":
-		size, _ := strconv.ParseUint(arg(0), 10, 64)
+		size, err := strconv.ParseUint(arg(0), 10, 64)
+		if err != nil {
+			return fmt.Errorf("allocate: %v", err)
+		}
 		ctype := "application/octet-stream"
 		s.send(ss, wire.OpArtifactAllocate, &wire.Allocate{ByteLength: size, ContentType: ctype}, nil,
 			&simCmd{size: size, ctype: ctype})
@@ -349,12 +349,9 @@ func (sc *simScenario) exec(args []string) error {
 	case "release":
 		var ids []wire.OwnerID
 		for i := range pos {
-			own := serial(wire.FamOwn, i)
-			ids = append(ids, wire.HoldOwner(wire.HoldID(own)))
-			if h := ss.holds[own]; h != nil {
-				h.releasing++
-			}
+			ids = append(ids, wire.HoldOwner(wire.HoldID(serial(wire.FamOwn, i))))
 		}
+		simPending(ids, ss.releasing, 1)
 		s.send(ss, wire.OpArtifactRelease, &wire.Release{OwnerIDs: ids}, nil, &simCmd{owners: ids})
 	default:
 		return fmt.Errorf("unknown command %q", cmd)
@@ -383,7 +380,13 @@ func (sc *simScenario) ref(ss *simSession, spec string) (wire.RefOwner, error) {
 	}
 	d, idx, _ := strings.Cut(spec, ".")
 	if n, ok := wire.ParseSerialBytes(wire.FamDelivery, []byte(d)); ok {
-		i, _ := strconv.Atoi(idx)
+		i := 0
+		if idx != "" {
+			var err error
+			if i, err = strconv.Atoi(idx); err != nil {
+				return wire.RefOwner{}, fmt.Errorf("%s: %v", spec, err)
+			}
+		}
 		if dv := ss.dlvs[wire.DeliveryID(n)]; dv != nil && i < len(dv.atts) {
 			return wire.RefOwner{Ref: dv.atts[i].Ref, OwnerID: wire.DeliveryOwner(wire.DeliveryID(n))}, nil
 		}
