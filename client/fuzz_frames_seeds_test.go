@@ -100,7 +100,7 @@ func (s *seedStream) script(allocate bool) *seedStream {
 	s.ok(3, wire.OpSubscribe, &wire.SubscribeOK{SubscriptionID: 1, TopicIncarnation: 1})
 	s.ok(4, wire.OpRPCCall, &wire.CallOK{Accepted: true, ServiceIncarnation: 1})
 	if allocate {
-		s.ok(5, wire.OpArtifactAllocate, &wire.AllocateOK{ArtifactID: 1, Generation: 1, OwnerID: wire.HoldOwner(1), WriteLocation: seedStage})
+		s.ok(5, wire.OpArtifactAllocate, &wire.AllocateOK{Allocation: wire.Allocation{ArtifactID: 1, Generation: 1, OwnerID: wire.HoldOwner(1)}, WriteLocation: seedStage})
 	} else {
 		s.refuse(5, wire.OpArtifactAllocate, wire.ErrQuotaExceeded)
 	}

@@ -178,7 +178,7 @@ func (rc *replyCap) drop() {
 	replied := rc.replied
 	rc.mu.Unlock()
 	if !replied {
-		rc.c.fireAndForget(wire.OpRPCResponderRelease, &wire.ResponderRelease{CallID: rc.callID, RequestDeliveryID: rc.deliveryID})
+		rc.c.fireAndForget(wire.OpRPCResponderRelease, &wire.ResponderRelease{ReplyCapability: wire.ReplyCapability{CallID: rc.callID, RequestDeliveryID: rc.deliveryID}})
 	}
 }
 
@@ -205,8 +205,8 @@ func (rc *replyCap) reply(ctx context.Context, outcome any, atts []Attachment) (
 	}
 	var ok wire.Routed
 	_, err = sendAttached(rc.c, atts, func(watts []wire.Attachment, undo func()) (struct{}, error) {
-		return struct{}{}, rc.c.send(ctx, wire.OpRPCReply, &wire.Reply{CallID: rc.callID,
-			RequestDeliveryID: rc.deliveryID, Outcome: raw}, watts, &ok, func(error) { undo() }, nil)
+		return struct{}{}, rc.c.send(ctx, wire.OpRPCReply, &wire.Reply{
+			ReplyCapability: wire.ReplyCapability{CallID: rc.callID, RequestDeliveryID: rc.deliveryID}, Outcome: raw}, watts, &ok, func(error) { undo() }, nil)
 	})
 	if err != nil {
 		return false, err

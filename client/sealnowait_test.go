@@ -53,7 +53,7 @@ func pipelineFixture(t *testing.T) (*Client, *fakeRouter, *ArtifactWriter) {
 		ch <- allocated{w, err}
 	}()
 	env := f.command(wire.OpArtifactAllocate)
-	f.replyOK(env.ID, wire.OpArtifactAllocate, &wire.AllocateOK{ArtifactID: 7, Generation: 3, OwnerID: wire.HoldOwner(1),
+	f.replyOK(env.ID, wire.OpArtifactAllocate, &wire.AllocateOK{Allocation: wire.Allocation{ArtifactID: 7, Generation: 3, OwnerID: wire.HoldOwner(1)},
 		WriteLocation: wire.Location{StoreID: storeID, RelativePath: "stage-1"}})
 	a := <-ch
 	if a.err != nil {
@@ -173,8 +173,8 @@ func TestAllocateAheadRefusedFallsBack(t *testing.T) {
 			done <- err
 		}()
 		env := f.command(wire.OpArtifactAllocate)
-		f.replyOK(env.ID, wire.OpArtifactAllocate, &wire.AllocateOK{ArtifactID: wire.ArtifactID(owner), Generation: 1,
-			OwnerID: wire.HoldOwner(wire.HoldID(owner)), WriteLocation: wire.Location{StoreID: storeID, RelativePath: rel}})
+		f.replyOK(env.ID, wire.OpArtifactAllocate, &wire.AllocateOK{Allocation: wire.Allocation{ArtifactID: wire.ArtifactID(owner), Generation: 1,
+			OwnerID: wire.HoldOwner(wire.HoldID(owner))}, WriteLocation: wire.Location{StoreID: storeID, RelativePath: rel}})
 		seal := f.command(wire.OpArtifactSeal)
 		sealID := seal.ID
 		pub := f.command(wire.OpPublish)

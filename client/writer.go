@@ -226,7 +226,7 @@ func (w *ArtifactWriter) seal(ctx context.Context, digest wire.Opt[wire.Digest])
 	w.cleanup.Stop() // the seal settles the writer's id, whatever its outcome
 	c := w.c
 	var ok wire.SealOK
-	err := c.roundTrip(ctx, wire.OpArtifactSeal, &wire.Seal{ArtifactID: w.id, Generation: w.gen, OwnerID: w.owner, Digest: digest}, &ok,
+	err := c.roundTrip(ctx, wire.OpArtifactSeal, &wire.Seal{Allocation: wire.Allocation{ArtifactID: w.id, Generation: w.gen, OwnerID: w.owner}, Digest: digest}, &ok,
 		func(err error) {
 			// The caller gave up: give back whatever the seal left us, the
 			// new hold or, after a refusal, the writer's id (a retired id
@@ -299,7 +299,7 @@ func (w *ArtifactWriter) sealNoWait(digest wire.Opt[wire.Digest]) (*Artifact, er
 	}}
 	a := c.newArtifact(ref, c.holdGuard(w.owner))
 	a.seal = s
-	if err := c.enqueueWith(wire.OpArtifactSeal, &wire.Seal{ArtifactID: w.id, Generation: w.gen, OwnerID: w.owner, Digest: digest},
+	if err := c.enqueueWith(wire.OpArtifactSeal, &wire.Seal{Allocation: wire.Allocation{ArtifactID: w.id, Generation: w.gen, OwnerID: w.owner}, Digest: digest},
 		nil, wt, false, nil); err != nil {
 		a.Close()
 		return nil, err

@@ -175,8 +175,8 @@ func (k *core) stagedAt(e effect, loc artLoc, err error) {
 		a.id, a.gen = wire.ArtifactID(loc.slot), loc.gen
 		k.artifacts[a.id] = a
 	}
-	k.scratch.allocOK = wire.AllocateOK{ArtifactID: a.id, Generation: a.gen,
-		OwnerID: wire.HoldOwner(a.writer.id), WriteLocation: wire.Location{StoreID: k.storeID, RelativePath: a.relPath}}
+	k.scratch.allocOK = wire.AllocateOK{Allocation: wire.Allocation{ArtifactID: a.id, Generation: a.gen,
+		OwnerID: wire.HoldOwner(a.writer.id)}, WriteLocation: wire.Location{StoreID: k.storeID, RelativePath: a.relPath}}
 	k.replyTo(c, wire.OpArtifactAllocate, e.replyTo, &k.scratch.allocOK)
 }
 

@@ -424,7 +424,7 @@ func TestSealWithLiveWriterFallsBackToCopy(t *testing.T) {
 			t.Fatal(err)
 		}
 		var sealed wire.SealOK
-		rawOK(t, r, wire.OpArtifactSeal, &wire.Seal{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID}, &sealed)
+		rawOK(t, r, wire.OpArtifactSeal, &wire.Seal{Allocation: wire.Allocation{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID}}, &sealed)
 		if s := h.r.Stats(); s.CopySeals != 1 || s.LeaseSeals != 0 {
 			t.Fatalf("seal path: %+v", s)
 		}
@@ -468,7 +468,7 @@ func TestSealWithLiveMappingFallsBackToCopy(t *testing.T) {
 		data := frameBytes(3, 16384)
 		copy(m.Bytes(), data)
 		var sealed wire.SealOK
-		rawOK(t, r, wire.OpArtifactSeal, &wire.Seal{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID}, &sealed)
+		rawOK(t, r, wire.OpArtifactSeal, &wire.Seal{Allocation: wire.Allocation{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID}}, &sealed)
 		if s := h.r.Stats(); s.CopySeals != 1 || s.LeaseSeals != 0 {
 			t.Fatalf("seal path with a live mapping: %+v", s)
 		}
@@ -493,7 +493,7 @@ func TestWriterReleasedDuringSeal(t *testing.T) {
 			var b []byte
 			r.id++
 			b, _ = wire.AppendFrame(b, wire.Header{ID: r.id, Kind: wire.KindCommand, Op: wire.OpArtifactSeal},
-				&wire.Seal{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID, Digest: wire.Some(wire.Digest{})}, nil)
+				&wire.Seal{Allocation: wire.Allocation{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID}, Digest: wire.Some(wire.Digest{})}, nil)
 			r.id++
 			b, _ = wire.AppendFrame(b, wire.Header{ID: r.id, Kind: wire.KindCommand, Op: wire.OpArtifactRelease},
 				&wire.Release{OwnerIDs: []wire.OwnerID{alloc.OwnerID}}, nil)
@@ -604,7 +604,7 @@ func TestMismatchedRefIsRefused(t *testing.T) {
 		rawOK(t, r, wire.OpTopicDeclare, &wire.Declare{Name: "t", Retained: wire.RetainNone}, &wire.DeclareOK{})
 		var alloc wire.AllocateOK
 		rawOK(t, r, wire.OpArtifactAllocate, &wire.Allocate{ByteLength: 16, ContentType: "x/y"}, &alloc)
-		r.command(wire.OpArtifactSeal, &wire.Seal{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID})
+		r.command(wire.OpArtifactSeal, &wire.Seal{Allocation: wire.Allocation{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID}})
 		var sealed wire.SealOK
 		if be := r.reply(&sealed); be != nil {
 			t.Fatal(be)

@@ -174,7 +174,7 @@ func TestFaultOldReleaseArrives(t *testing.T) {
 		var last wire.HoldID
 		for range 3 {
 			alloc := p.ok(wire.OpArtifactAllocate, &wire.Allocate{ByteLength: 64, ContentType: "x/y"}).(*wire.AllocateOK)
-			sealed := p.ok(wire.OpArtifactSeal, &wire.Seal{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID}).(*wire.SealOK)
+			sealed := p.ok(wire.OpArtifactSeal, &wire.Seal{Allocation: wire.Allocation{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID}}).(*wire.SealOK)
 			holds = append(holds, sealed.OwnerID)
 			last = wire.HoldID(sealed.OwnerID.N)
 		}

@@ -319,7 +319,7 @@ func TestSealOfReplacedStagingFileFails(t *testing.T) {
 				if err := c.replace(staging, other); err != nil {
 					t.Fatal(err)
 				}
-				r.command(wire.OpArtifactSeal, &wire.Seal{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID})
+				r.command(wire.OpArtifactSeal, &wire.Seal{Allocation: wire.Allocation{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID}})
 				if be := r.reply(&wire.SealOK{}); be == nil || be.Code != wire.ErrStoreFailure {
 					t.Fatalf("seal of a replaced staging file: %v, want STORE_FAILURE", be)
 				}
@@ -341,7 +341,7 @@ func TestSealOfReplacedStagingFileFails(t *testing.T) {
 				// The router still seals honest artifacts.
 				alloc = rawAllocate(t, r, 4096)
 				var ok wire.SealOK
-				rawOK(t, r, wire.OpArtifactSeal, &wire.Seal{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID}, &ok)
+				rawOK(t, r, wire.OpArtifactSeal, &wire.Seal{Allocation: wire.Allocation{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID}}, &ok)
 				r.command(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{ok.OwnerID}})
 				r.reply(&wire.Released{})
 				waitFor(t, "the honest artifact collected", settled(h))

@@ -32,7 +32,7 @@ func rawSealed(t *testing.T, h *harness, r *raw, n int, seed byte) wire.SealOK {
 	alloc := rawAllocate(t, r, uint64(n))
 	writeLocation(t, h, alloc.WriteLocation, frameBytes(seed, n))
 	var ok wire.SealOK
-	rawOK(t, r, wire.OpArtifactSeal, &wire.Seal{ArtifactID: alloc.ArtifactID, Generation: alloc.Generation, OwnerID: alloc.OwnerID}, &ok)
+	rawOK(t, r, wire.OpArtifactSeal, &wire.Seal{Allocation: alloc.Allocation}, &ok)
 	return ok
 }
 
@@ -86,13 +86,13 @@ func TestPoolStaleGenerationIsGone(t *testing.T) {
 				}
 			}
 		}
-		r.commandWith(wire.OpRPCReply, &wire.Reply{CallID: req.CallID, RequestDeliveryID: req.DeliveryID, Outcome: wire.RawJSON(`{}`)}, att)
+		r.commandWith(wire.OpRPCReply, &wire.Reply{ReplyCapability: req.ReplyCapability(), Outcome: wire.RawJSON(`{}`)}, att)
 		gone("rpc.reply")
 		p.Close()
 
 		// A writer sealing at a generation other than the one it writes.
 		alloc := rawAllocate(t, r, 8192)
-		r.command(wire.OpArtifactSeal, &wire.Seal{ArtifactID: alloc.ArtifactID, Generation: alloc.Generation + 1, OwnerID: alloc.OwnerID})
+		r.command(wire.OpArtifactSeal, &wire.Seal{Allocation: wire.Allocation{ArtifactID: alloc.ArtifactID, Generation: alloc.Generation + 1, OwnerID: alloc.OwnerID}})
 		gone("artifact.seal")
 
 		// The current generation still works through the same owner.

@@ -197,7 +197,7 @@ func BenchmarkRoutedFrame(b *testing.B) {
 				var released wire.Released
 				benchSteady(b, func() {
 					pub.ok(wire.OpArtifactAllocate, allocate, &allocOK)
-					seal = wire.Seal{ArtifactID: allocOK.ArtifactID, Generation: allocOK.Generation, OwnerID: allocOK.OwnerID}
+					seal = wire.Seal{Allocation: allocOK.Allocation}
 					pub.ok(wire.OpArtifactSeal, &seal, &sealOK)
 					atts[0] = wire.Attachment{Name: "frame", Ref: sealOK.Ref, OwnerID: sealOK.OwnerID}
 					pub.okWith(wire.OpPublish, publish, atts, &pubOK)

@@ -93,7 +93,7 @@ func TestDeliverySizeIsCheckedAtAdmission(t *testing.T) {
 
 		// The same rule for the result a reply would produce. A refused
 		// reply keeps the capability, so a fitting one is then routed.
-		overR := &wire.Reply{CallID: 3, RequestDeliveryID: req.DeliveryID, Outcome: wire.RawJSON(pad(wire.MaxEnvelopeBytes - resLen(3, 0) + 1))}
+		overR := &wire.Reply{ReplyCapability: wire.ReplyCapability{CallID: 3, RequestDeliveryID: req.DeliveryID}, Outcome: wire.RawJSON(pad(wire.MaxEnvelopeBytes - resLen(3, 0) + 1))}
 		if n := envLen(wire.Header{ID: svc.id + 1, Kind: wire.KindCommand, Op: wire.OpRPCReply}, overR); n > wire.MaxEnvelopeBytes {
 			t.Fatalf("setup: the inbound reply is %d bytes", n)
 		}
@@ -281,7 +281,7 @@ func TestCallAndReplyAttachmentsAreValidated(t *testing.T) {
 
 		c.callOK(2, "att.svc")
 		req := svc.request()
-		f = svc.await(svc.commandWith(wire.OpRPCReply, &wire.Reply{CallID: req.CallID, RequestDeliveryID: req.DeliveryID, Outcome: wire.RawJSON(`{}`)}, att))
+		f = svc.await(svc.commandWith(wire.OpRPCReply, &wire.Reply{ReplyCapability: req.ReplyCapability(), Outcome: wire.RawJSON(`{}`)}, att))
 		if f.Err == nil {
 			t.Errorf("rpc.reply naming never-issued owner own-1 was admitted (routed=%v); its attachment is dropped silently",
 				f.Body.(*wire.Routed).Routed)

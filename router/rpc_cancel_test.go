@@ -123,11 +123,11 @@ func TestCancelRacingReply(t *testing.T) {
 			// Send both before reading either reply, in alternating order.
 			var replyMsg, cancelMsg uint64
 			if i%2 == 0 {
-				replyMsg = svc.command(wire.OpRPCReply, &wire.Reply{CallID: req.CallID, RequestDeliveryID: req.DeliveryID, Outcome: wire.RawJSON(`{}`)})
+				replyMsg = svc.command(wire.OpRPCReply, &wire.Reply{ReplyCapability: req.ReplyCapability(), Outcome: wire.RawJSON(`{}`)})
 				cancelMsg = c.command(wire.OpRPCCancel, &wire.Cancel{CallID: wire.CallID(n)})
 			} else {
 				cancelMsg = c.command(wire.OpRPCCancel, &wire.Cancel{CallID: wire.CallID(n)})
-				replyMsg = svc.command(wire.OpRPCReply, &wire.Reply{CallID: req.CallID, RequestDeliveryID: req.DeliveryID, Outcome: wire.RawJSON(`{}`)})
+				replyMsg = svc.command(wire.OpRPCReply, &wire.Reply{ReplyCapability: req.ReplyCapability(), Outcome: wire.RawJSON(`{}`)})
 			}
 			rf, cf := svc.await(replyMsg), c.await(cancelMsg)
 			if rf.Err != nil || cf.Err != nil {

@@ -242,7 +242,7 @@ func TestResponderRelease(t *testing.T) {
 			t.Fatalf("release with the wrong call id released %d", n)
 		}
 		wantErr(t, "release of a never-issued delivery",
-			svc.refused(wire.OpRPCResponderRelease, &wire.ResponderRelease{CallID: r2.CallID, RequestDeliveryID: r2.DeliveryID + 100}),
+			svc.refused(wire.OpRPCResponderRelease, &wire.ResponderRelease{ReplyCapability: wire.ReplyCapability{CallID: r2.CallID, RequestDeliveryID: r2.DeliveryID + 100}}),
 			wire.ErrOwnerInvalid, wire.NotDispatched)
 		// Neither took the capability: the reply is routed.
 		svc.finishCall(c, r2)
@@ -311,9 +311,9 @@ func TestRouterIDsFollowWriteOrder(t *testing.T) {
 				requests++
 				r := f.Body.(*wire.Request)
 				if answer++; answer%2 == 0 {
-					p.command(wire.OpRPCReply, &wire.Reply{CallID: r.CallID, RequestDeliveryID: r.DeliveryID, Outcome: wire.RawJSON(`{}`)})
+					p.command(wire.OpRPCReply, &wire.Reply{ReplyCapability: r.ReplyCapability(), Outcome: wire.RawJSON(`{}`)})
 				} else {
-					p.command(wire.OpRPCResponderRelease, &wire.ResponderRelease{CallID: r.CallID, RequestDeliveryID: r.DeliveryID})
+					p.command(wire.OpRPCResponderRelease, &wire.ResponderRelease{ReplyCapability: r.ReplyCapability()})
 				}
 				p.command(wire.OpDeliveryConsumed, &wire.Consumed{DeliveryIDs: []wire.DeliveryID{r.DeliveryID}})
 				outstanding += 2

@@ -216,7 +216,7 @@ func (p *peer) callErr(n uint64, target string) *wire.BusError {
 
 func (p *peer) reply(call wire.CallID, dlv wire.DeliveryID, outcome string) inFrame {
 	p.t.Helper()
-	return p.do(wire.OpRPCReply, &wire.Reply{CallID: call, RequestDeliveryID: dlv, Outcome: wire.RawJSON(outcome)})
+	return p.do(wire.OpRPCReply, &wire.Reply{ReplyCapability: wire.ReplyCapability{CallID: call, RequestDeliveryID: dlv}, Outcome: wire.RawJSON(outcome)})
 }
 
 // replyTo answers req and returns routed.
@@ -257,7 +257,7 @@ func (p *peer) consume(ids ...wire.DeliveryID) uint64 {
 
 func (p *peer) releaseResponder(call wire.CallID, dlv wire.DeliveryID) uint64 {
 	p.t.Helper()
-	return p.ok(wire.OpRPCResponderRelease, &wire.ResponderRelease{CallID: call, RequestDeliveryID: dlv}).(*wire.Released).Released
+	return p.ok(wire.OpRPCResponderRelease, &wire.ResponderRelease{ReplyCapability: wire.ReplyCapability{CallID: call, RequestDeliveryID: dlv}}).(*wire.Released).Released
 }
 
 func (p *peer) delivery(op wire.Op) inFrame {

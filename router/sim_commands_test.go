@@ -206,7 +206,7 @@ func (s *sim) opReply(ss *simSession) bool {
 	if cmd.tampered == "" {
 		cmd.tampered = tampered
 	}
-	b := &wire.Reply{CallID: call, RequestDeliveryID: dlv, Outcome: s.payload(500 + 70*len(atts))}
+	b := &wire.Reply{ReplyCapability: wire.ReplyCapability{CallID: call, RequestDeliveryID: dlv}, Outcome: s.payload(500 + 70*len(atts))}
 	cmd.dlv, cmd.call, cmd.mustFail = dlv, call, cmd.tampered != ""
 	s.logf("%s > rpc.reply %s %s outcome=%dB atts=%s%s", ss.name, call, dlv, len(b.Outcome), simAtts(atts),
 		simTag(cmd.tampered, false, ""))
@@ -237,7 +237,7 @@ func (s *sim) opResponderRelease(ss *simSession) bool {
 	}
 	cmd.dlv, cmd.call = dlv, call
 	s.logf("%s > rpc.responder.release %s %s", ss.name, call, dlv)
-	s.send(ss, wire.OpRPCResponderRelease, &wire.ResponderRelease{CallID: call, RequestDeliveryID: dlv}, nil, cmd)
+	s.send(ss, wire.OpRPCResponderRelease, &wire.ResponderRelease{ReplyCapability: wire.ReplyCapability{CallID: call, RequestDeliveryID: dlv}}, nil, cmd)
 	return true
 }
 
@@ -353,7 +353,7 @@ func (s *sim) opSeal(ss *simSession) bool {
 	}
 	own := writers[s.rng.IntN(len(writers))]
 	h := ss.holds[own]
-	b := &wire.Seal{ArtifactID: h.art, Generation: h.gen, OwnerID: wire.HoldOwner(wire.HoldID(own))}
+	b := &wire.Seal{Allocation: wire.Allocation{ArtifactID: h.art, Generation: h.gen, OwnerID: wire.HoldOwner(wire.HoldID(own))}}
 	if s.rng.IntN(2) == 0 {
 		var d wire.Digest
 		for i := range d {

@@ -284,10 +284,10 @@ func (sc *simScenario) exec(args []string) error {
 		dlv := wire.DeliveryID(serial(wire.FamDelivery, 0))
 		call := ss.caps[dlv]
 		if cmd == "reply" {
-			s.send(ss, wire.OpRPCReply, &wire.Reply{CallID: call, RequestDeliveryID: dlv, Outcome: payload}, attachments,
+			s.send(ss, wire.OpRPCReply, &wire.Reply{ReplyCapability: wire.ReplyCapability{CallID: call, RequestDeliveryID: dlv}, Outcome: payload}, attachments,
 				&simCmd{dlv: dlv, call: call})
 		} else {
-			s.send(ss, wire.OpRPCResponderRelease, &wire.ResponderRelease{CallID: call, RequestDeliveryID: dlv}, nil,
+			s.send(ss, wire.OpRPCResponderRelease, &wire.ResponderRelease{ReplyCapability: wire.ReplyCapability{CallID: call, RequestDeliveryID: dlv}}, nil,
 				&simCmd{dlv: dlv, call: call})
 		}
 	case "cancel":
@@ -337,8 +337,8 @@ func (sc *simScenario) exec(args []string) error {
 		}
 		h.seals++
 		gen := uint64(num("gen", 1))
-		s.send(ss, wire.OpArtifactSeal, &wire.Seal{ArtifactID: h.art, Generation: gen,
-			OwnerID: wire.HoldOwner(wire.HoldID(own))}, nil, &simCmd{own: own, gen: gen})
+		s.send(ss, wire.OpArtifactSeal, &wire.Seal{Allocation: wire.Allocation{ArtifactID: h.art, Generation: gen,
+			OwnerID: wire.HoldOwner(wire.HoldID(own))}}, nil, &simCmd{own: own, gen: gen})
 	case "open", "retain":
 		p, err := sc.ref(ss, arg(0))
 		if err != nil {

@@ -40,7 +40,7 @@ func TestTeardownAfterHalfAFrame(t *testing.T) {
 				inbound := nextRequest(t, ctx, other)
 
 				frame, err := wire.AppendFrame(nil, wire.Header{ID: torn.id + 1, Kind: wire.KindCommand, Op: wire.OpRPCReply},
-					&wire.Reply{CallID: req.CallID, RequestDeliveryID: req.DeliveryID, Outcome: wire.RawJSON(`{"never":"finished"}`)}, nil)
+					&wire.Reply{ReplyCapability: req.ReplyCapability(), Outcome: wire.RawJSON(`{"never":"finished"}`)}, nil)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -103,7 +103,7 @@ func TestPublishBehindItsSealSeesItSealed(t *testing.T) {
 				ByteLength: uint64(len(data)), ContentType: "x/y", Digest: wire.Some(digest)}
 			r.id++
 			b, err := wire.AppendFrame(nil, wire.Header{ID: r.id, Kind: wire.KindCommand, Op: wire.OpArtifactSeal},
-				&wire.Seal{ArtifactID: alloc.ArtifactID, Generation: alloc.Generation, OwnerID: alloc.OwnerID, Digest: wire.Some(digest)}, nil)
+				&wire.Seal{Allocation: alloc.Allocation, Digest: wire.Some(digest)}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

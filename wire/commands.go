@@ -36,11 +36,20 @@ type Call struct {
 	Payload             RawJSON         `json:"payload"`
 }
 
-// Reply is rpc.reply.
-type Reply struct {
+// ReplyCapability names the reply capability that an rpc.request gives
+// the service it is delivered to: the call, and the delivery that carried
+// it (docs/protocol.md, rpc.request). rpc.reply uses it up and
+// rpc.responder.release gives it up; both bodies embed it, so its members
+// are theirs.
+type ReplyCapability struct {
 	CallID            CallID     `json:"callId"`
 	RequestDeliveryID DeliveryID `json:"requestDeliveryId"`
-	Outcome           RawJSON    `json:"outcome"`
+}
+
+// Reply is rpc.reply.
+type Reply struct {
+	ReplyCapability
+	Outcome RawJSON `json:"outcome"`
 }
 
 // Cancel is rpc.cancel.
@@ -51,8 +60,7 @@ type Cancel struct {
 // ResponderRelease is rpc.responder.release: a service gives up reply
 // authority for a dispatched call (docs/protocol.md, rpc.responder.release).
 type ResponderRelease struct {
-	CallID            CallID     `json:"callId"`
-	RequestDeliveryID DeliveryID `json:"requestDeliveryId"`
+	ReplyCapability
 }
 
 // Declare is topic.declare.
@@ -97,12 +105,10 @@ type Allocate struct {
 	ContentType string `json:"contentType" wire:"ContentType"`
 }
 
-// Seal is artifact.seal.
+// Seal is artifact.seal: the writer seals what artifact.allocate gave it.
 type Seal struct {
-	ArtifactID ArtifactID  `json:"artifactId"`
-	Generation uint64      `json:"generation" wire:"U64"`
-	OwnerID    OwnerID     `json:"ownerId"`
-	Digest     Opt[Digest] `json:"digest"`
+	Allocation
+	Digest Opt[Digest] `json:"digest"`
 }
 
 // RefOwner is the body of artifact.open and artifact.retain.

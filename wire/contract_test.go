@@ -13,20 +13,30 @@ func renderShape(t reflect.Type) string {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	parts := make([]string, 0, t.NumField())
+	return "{" + strings.Join(shapeMembers(t, nil), ", ") + "}"
+}
+
+// shapeMembers appends the members of struct t to parts. An embedded struct
+// without a json name contributes its own members in its place, as
+// encoding/json flattens it.
+func shapeMembers(t reflect.Type, parts []string) []string {
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			parts = shapeMembers(f.Type, parts)
+			continue
+		}
 		if !f.IsExported() {
 			continue
 		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		label := f.Tag.Get("wire")
 		if label == "" {
 			label = typeLabel(f.Type)
 		}
 		parts = append(parts, name+":"+label)
 	}
-	return "{" + strings.Join(parts, ", ") + "}"
+	return parts
 }
 
 var labels = map[reflect.Type]string{

@@ -13,6 +13,12 @@ type Request struct {
 	Payload            RawJSON    `json:"payload"`
 }
 
+// ReplyCapability is the capability r gives the service it is delivered
+// to, which its Reply or ResponderRelease quotes.
+func (r *Request) ReplyCapability() ReplyCapability {
+	return ReplyCapability{CallID: r.CallID, RequestDeliveryID: r.DeliveryID}
+}
+
 // Result is the rpc.result delivery.
 type Result struct {
 	DeliveryID         DeliveryID `json:"deliveryId"`

@@ -40,6 +40,16 @@ func ValidRelPathBytes(b []byte) bool {
 	return true
 }
 
+// Allocation is an unsealed artifact as artifact.allocate issues it: its
+// id and generation, and the writer's owner id (own-<n>), which only the
+// allocating connection holds. AllocateOK and Seal embed it, so its members
+// are theirs: a writer seals with Seal{Allocation: ok.Allocation}.
+type Allocation struct {
+	ArtifactID ArtifactID `json:"artifactId"`
+	Generation uint64     `json:"generation" wire:"U64"`
+	OwnerID    OwnerID    `json:"ownerId"`
+}
+
 // Identity is a participant as the router authenticated it.
 type Identity struct {
 	ClientID          string `json:"clientId" wire:"Id"`

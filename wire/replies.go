@@ -159,12 +159,11 @@ type PublishOK struct {
 	Replaced      uint64 `json:"replaced" wire:"U64"`
 }
 
-// AllocateOK is artifact.allocate's reply value.
+// AllocateOK is artifact.allocate's reply value: the allocation, which
+// artifact.seal quotes back, and where to write.
 type AllocateOK struct {
-	ArtifactID    ArtifactID `json:"artifactId"`
-	Generation    uint64     `json:"generation" wire:"U64"`
-	OwnerID       OwnerID    `json:"ownerId"`
-	WriteLocation Location   `json:"writeLocation"`
+	Allocation
+	WriteLocation Location `json:"writeLocation"`
 }
 
 // SealOK is artifact.seal's reply value; OwnerID is the writer's own id,

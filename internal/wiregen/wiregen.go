@@ -17,6 +17,12 @@
 //     array's length, max=N a Text's length in bytes, range=LO..HI an int
 //     labelled plain "int".
 //
+// A field without a name embeds another struct of package wire: its members
+// are the body's own, in its place, as encoding/json flattens an embedded
+// struct (given a json name instead, it is one nested member). A struct
+// that is only ever embedded is a group of members, not a body, and gets
+// no codec of its own. Two members of one body may not share a name.
+//
 // Every member is required and every other member refused, as the protocol
 // says for every body.
 package wiregen
@@ -26,11 +32,12 @@ import (
 	"fmt"
 	"go/ast"
 	"go/format"
-	"go/parser"
+	goparser "go/parser"
 	"go/token"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -146,14 +153,21 @@ func Generate(dir string) ([]byte, error) {
 	return src, nil
 }
 
+// decl is one struct type declared in package wire.
+type decl struct {
+	name string
+	file string
+	st   *ast.StructType
+}
+
 func parseBodies(dir string) ([]body, error) {
 	names, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
 		return nil, err
 	}
 	sort.Strings(names)
-	fset := token.NewFileSet()
-	var bodies []body
+	p := parser{fset: token.NewFileSet(), structs: map[string]*decl{}}
+	var decls []*decl
 	for _, name := range names {
 		base := filepath.Base(name)
 		if strings.HasSuffix(base, "_test.go") || base == Output {
@@ -163,44 +177,128 @@ func parseBodies(dir string) ([]body, error) {
 		if err != nil {
 			return nil, err
 		}
-		f, err := parser.ParseFile(fset, name, src, parser.SkipObjectResolution)
+		f, err := goparser.ParseFile(p.fset, name, src, goparser.SkipObjectResolution)
 		if err != nil {
 			return nil, err
 		}
-		for _, decl := range f.Decls {
-			gd, ok := decl.(*ast.GenDecl)
+		for _, d := range f.Decls {
+			gd, ok := d.(*ast.GenDecl)
 			if !ok || gd.Tok != token.TYPE {
 				continue
 			}
 			for _, spec := range gd.Specs {
 				ts := spec.(*ast.TypeSpec)
-				st, ok := ts.Type.(*ast.StructType)
-				if !ok || ts.TypeParams != nil || !tagged(st) {
-					continue
+				if st, ok := ts.Type.(*ast.StructType); ok && ts.TypeParams == nil {
+					sd := &decl{name: ts.Name.Name, file: base, st: st}
+					p.structs[sd.name] = sd
+					decls = append(decls, sd)
 				}
-				b := body{name: ts.Name.Name, file: base}
-				for _, fd := range st.Fields.List {
-					fl, err := parseField(fd)
-					if err != nil {
-						return nil, fmt.Errorf("wiregen: %s: %s: %v", fset.Position(fd.Pos()), ts.Name.Name, err)
-					}
-					b.fields = append(b.fields, fl)
-				}
-				bodies = append(bodies, b)
 			}
 		}
+	}
+	// Which structs are embedded, and which are the type of a named field.
+	embedded, nested := map[string]bool{}, map[string]bool{}
+	for _, sd := range decls {
+		for _, fd := range sd.st.Fields.List {
+			if id, ok := fd.Type.(*ast.Ident); ok {
+				if len(fd.Names) == 0 && jsonName(fd) == "" {
+					embedded[id.Name] = true
+				} else {
+					nested[id.Name] = true
+				}
+			}
+		}
+	}
+	var bodies []body
+	for _, sd := range decls {
+		if !p.tagged(sd, nil) || embedded[sd.name] && !nested[sd.name] {
+			continue
+		}
+		b := body{name: sd.name, file: sd.file}
+		if err := p.members(&b, sd, nil); err != nil {
+			return nil, err
+		}
+		seen := map[string]bool{}
+		for _, fl := range b.fields {
+			if seen[fl.key] {
+				return nil, fmt.Errorf("wiregen: %s: two members named %q", sd.name, fl.key)
+			}
+			seen[fl.key] = true
+		}
+		bodies = append(bodies, b)
 	}
 	return bodies, nil
 }
 
-// tagged reports whether any field has a json tag: such a struct is a body.
-func tagged(st *ast.StructType) bool {
-	for _, fd := range st.Fields.List {
+// parser resolves the struct types of package wire by name.
+type parser struct {
+	fset    *token.FileSet
+	structs map[string]*decl
+}
+
+// embeddedStruct is the struct an unnamed field without a json name embeds,
+// if it is one of package wire's.
+func (p *parser) embeddedStruct(fd *ast.Field) *decl {
+	if len(fd.Names) != 0 || jsonName(fd) != "" {
+		return nil
+	}
+	if id, ok := fd.Type.(*ast.Ident); ok {
+		return p.structs[id.Name]
+	}
+	return nil
+}
+
+// tagged reports whether any member of sd, its embedded structs' included,
+// has a json tag: such a struct is a body. outer lists the structs that
+// embed sd, so that a cycle ends the search.
+func (p *parser) tagged(sd *decl, outer []*decl) bool {
+	if slices.Contains(outer, sd) {
+		return false
+	}
+	for _, fd := range sd.st.Fields.List {
 		if fd.Tag != nil && reflect.StructTag(unquote(fd.Tag.Value)).Get("json") != "" {
+			return true
+		}
+		if e := p.embeddedStruct(fd); e != nil && p.tagged(e, append(outer, sd)) {
 			return true
 		}
 	}
 	return false
+}
+
+// members appends sd's members to b in declaration order, each embedded
+// struct's in its place.
+func (p *parser) members(b *body, sd *decl, outer []*decl) error {
+	if slices.Contains(outer, sd) {
+		return fmt.Errorf("wiregen: %s embeds itself", sd.name)
+	}
+	for _, fd := range sd.st.Fields.List {
+		if len(fd.Names) == 0 && jsonName(fd) == "" {
+			e := p.embeddedStruct(fd)
+			if e == nil {
+				return fmt.Errorf("wiregen: %s: %s: an embedded field must be a struct type of package wire", p.fset.Position(fd.Pos()), sd.name)
+			}
+			if err := p.members(b, e, append(outer, sd)); err != nil {
+				return err
+			}
+			continue
+		}
+		fl, err := parseField(fd)
+		if err != nil {
+			return fmt.Errorf("wiregen: %s: %s: %v", p.fset.Position(fd.Pos()), sd.name, err)
+		}
+		b.fields = append(b.fields, fl)
+	}
+	return nil
+}
+
+// jsonName is the member name of fd's json tag, "" without one.
+func jsonName(fd *ast.Field) string {
+	if fd.Tag == nil {
+		return ""
+	}
+	name, _, _ := strings.Cut(reflect.StructTag(unquote(fd.Tag.Value)).Get("json"), ",")
+	return name
 }
 
 func unquote(s string) string {
@@ -212,11 +310,18 @@ func unquote(s string) string {
 }
 
 func parseField(fd *ast.Field) (field, error) {
-	if len(fd.Names) != 1 || fd.Tag == nil {
+	var goName string
+	switch id, ok := fd.Type.(*ast.Ident); {
+	case len(fd.Names) == 1:
+		goName = fd.Names[0].Name
+	case len(fd.Names) == 0 && ok:
+		goName = id.Name // embedded under a json name: one nested member
+	}
+	if goName == "" || fd.Tag == nil {
 		return field{}, fmt.Errorf("every body field needs one name and a json tag")
 	}
 	tags := reflect.StructTag(unquote(fd.Tag.Value))
-	fl := field{goName: fd.Names[0].Name, key: tags.Get("json")}
+	fl := field{goName: goName, key: tags.Get("json")}
 	if fl.key == "" || strings.Contains(fl.key, ",") {
 		return fl, fmt.Errorf("%s: want a plain json member name", fl.goName)
 	}

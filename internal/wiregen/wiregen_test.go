@@ -48,3 +48,61 @@ func TestGenerateSkipsUntaggedStructs(t *testing.T) {
 		t.Fatalf("unexpected output:\n%s", s)
 	}
 }
+
+// An embedded struct's members are the body's own, in its place, as
+// encoding/json flattens them; a struct only ever embedded gets no codec,
+// and one embedded under a json name is a nested member.
+func TestGenerateFlattensEmbeddedStructs(t *testing.T) {
+	dir := t.TempDir()
+	src := "package wire\n\n" +
+		"type Pair struct {\n\tA bool `json:\"a\"`\n\tB bool `json:\"b\"`\n}\n\n" +
+		"type Inner struct {\n\tC bool `json:\"c\"`\n}\n\n" +
+		"type Body struct {\n\tFirst bool `json:\"first\"`\n\tPair\n\tLast bool `json:\"last\"`\n}\n\n" +
+		"type Only struct {\n\tPair\n}\n\n" +
+		"type Named struct {\n\tInner `json:\"inner\"`\n}\n"
+	if err := os.WriteFile(filepath.Join(dir, "body.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := Generate(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(out)
+	for _, want := range []string{
+		`return f.require("first", "a", "b", "last")`,
+		"b = append(b, `{\"first\":`...)",
+		"b = append(b, `,\"a\":`...)",
+		"b = append(b, `,\"last\":`...)",
+		`return f.require("a", "b")`, // Only
+		"func (x *Inner) decodeJSON",  // nested under a name: a body of its own
+		"err = x.Inner.decodeJSON(d, f.val, d.path(ctx, \".inner\"))",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %s", want)
+		}
+	}
+	if strings.Contains(s, "func (x *Pair)") {
+		t.Error("a struct that is only embedded got a codec")
+	}
+}
+
+// Embedding that encoding/json would resolve by its precedence rules, or
+// that the generator cannot flatten, is refused by name.
+func TestGenerateRefusesUnflattenableEmbedding(t *testing.T) {
+	pair := "type Pair struct {\n\tA bool `json:\"a\"`\n}\n\n"
+	for _, c := range []struct{ src, want string }{
+		{pair + "type Body struct {\n\tPair\n\tA2 bool `json:\"a\"`\n}\n", `Body: two members named "a"`},
+		{"type Body struct {\n\tOn bool `json:\"on\"`\n\tstrings.Builder\n}\n", "an embedded field must be a struct type of package wire"},
+		{pair + "type Body struct {\n\tOn bool `json:\"on\"`\n\t*Pair\n}\n", "an embedded field must be a struct type of package wire"},
+		{"type N uint64\n\ntype Body struct {\n\tOn bool `json:\"on\"`\n\tN\n}\n", "an embedded field must be a struct type of package wire"},
+	} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "body.go"), []byte("package wire\n\n"+c.src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Generate(dir)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error containing %q", c.src, err, c.want)
+		}
+	}
+}
