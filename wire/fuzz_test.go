@@ -20,10 +20,7 @@ import (
 // body that decodes re-encodes to something that decodes to the same value.
 
 func FuzzScanner(f *testing.F) {
-	for _, c := range scanRefusals {
-		f.Add([]byte(c.in))
-	}
-	for _, c := range scanAccepts {
+	for _, c := range flat(scanRefusals, scanAccepts) {
 		f.Add([]byte(c.in))
 	}
 	var warm Scanner // reused across inputs, as a connection's decoder is
