@@ -10,21 +10,28 @@ import (
 // struct: json tags give the member names, wire tags or the Go type give the
 // value labels. Changing a body type changes this rendering.
 func renderShape(t reflect.Type) string {
+	var parts []string
+	for _, m := range shapeMembers(t, nil) {
+		parts = append(parts, m.key+":"+m.label)
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+// shapeMember is one member of a body as Contract writes it.
+type shapeMember struct{ key, label string }
+
+// shapeMembers appends the members of the struct t (or *t) to out. An
+// embedded struct without a json name contributes its own members in its
+// place, as encoding/json flattens it.
+func shapeMembers(t reflect.Type, out []shapeMember) []shapeMember {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	return "{" + strings.Join(shapeMembers(t, nil), ", ") + "}"
-}
-
-// shapeMembers appends the members of struct t to parts. An embedded struct
-// without a json name contributes its own members in its place, as
-// encoding/json flattens it.
-func shapeMembers(t reflect.Type, parts []string) []string {
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
-			parts = shapeMembers(f.Type, parts)
+			out = shapeMembers(f.Type, out)
 			continue
 		}
 		if !f.IsExported() {
@@ -34,9 +41,9 @@ func shapeMembers(t reflect.Type, parts []string) []string {
 		if label == "" {
 			label = typeLabel(f.Type)
 		}
-		parts = append(parts, name+":"+label)
+		out = append(out, shapeMember{name, label})
 	}
-	return parts
+	return out
 }
 
 var labels = map[reflect.Type]string{

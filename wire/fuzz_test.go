@@ -370,11 +370,9 @@ func envelopeSeeds() [][]byte {
 		publishEnvelope(attachmentList(2, false)),
 		cmdEnvelope("topic.declare", `{"name":"t","retained":"none"}`).with("attachments", attachmentList(1, false)).bytes(),
 	}
-	for _, c := range bodyBadValues {
-		if s, ok := shapeOf(lookupOp([]byte(c.op))); ok {
-			good := membersOf(sampleBodies()[reflect.TypeOf(s.Body)].AppendJSON(nil))
-			seeds = append(seeds, bodyFrame(s, good.with(c.key, c.value).String()))
-		}
+	for _, c := range memberValues() {
+		good := membersOf(sampleBodies()[reflect.TypeOf(c.s.Body)].AppendJSON(nil))
+		seeds = append(seeds, bodyFrame(c.s, good.with(c.key, c.value).String()))
 	}
 	return seeds
 }
