@@ -7,6 +7,16 @@ import (
 	"testing"
 )
 
+// generate runs Generate on a package wire of one file holding src.
+func generate(t *testing.T, src string) ([]byte, error) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "body.go"), []byte("package wire\n\n"+src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return Generate(dir)
+}
+
 // A body the generator cannot encode exactly is an error naming the field,
 // not a guess: the tags must say what the contract label leaves out.
 func TestGenerateRefusesUnderspecifiedFields(t *testing.T) {
@@ -20,12 +30,7 @@ func TestGenerateRefusesUnderspecifiedFields(t *testing.T) {
 		{"M map[string]int `json:\"m\"`", "unsupported type"},
 		{"A, B bool `json:\"a\"`", "one name and a json tag"},
 	} {
-		dir := t.TempDir()
-		src := "package wire\n\ntype Body struct {\n\t" + c.field + "\n}\n"
-		if err := os.WriteFile(filepath.Join(dir, "body.go"), []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		_, err := Generate(dir)
+		_, err := generate(t, "type Body struct {\n\t"+c.field+"\n}\n")
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want an error containing %q", c.field, err, c.want)
 		}
@@ -34,12 +39,7 @@ func TestGenerateRefusesUnderspecifiedFields(t *testing.T) {
 
 // Structs without json tags are not bodies and get no codec.
 func TestGenerateSkipsUntaggedStructs(t *testing.T) {
-	dir := t.TempDir()
-	src := "package wire\n\ntype Plain struct{ N int }\n\ntype Body struct {\n\tOn bool `json:\"on\"`\n}\n"
-	if err := os.WriteFile(filepath.Join(dir, "body.go"), []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := Generate(dir)
+	out, err := generate(t, "type Plain struct{ N int }\n\ntype Body struct {\n\tOn bool `json:\"on\"`\n}\n")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,17 +53,11 @@ func TestGenerateSkipsUntaggedStructs(t *testing.T) {
 // encoding/json flattens them; a struct only ever embedded gets no codec,
 // and one embedded under a json name is a nested member.
 func TestGenerateFlattensEmbeddedStructs(t *testing.T) {
-	dir := t.TempDir()
-	src := "package wire\n\n" +
-		"type Pair struct {\n\tA bool `json:\"a\"`\n\tB bool `json:\"b\"`\n}\n\n" +
-		"type Inner struct {\n\tC bool `json:\"c\"`\n}\n\n" +
-		"type Body struct {\n\tFirst bool `json:\"first\"`\n\tPair\n\tLast bool `json:\"last\"`\n}\n\n" +
-		"type Only struct {\n\tPair\n}\n\n" +
-		"type Named struct {\n\tInner `json:\"inner\"`\n}\n"
-	if err := os.WriteFile(filepath.Join(dir, "body.go"), []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := Generate(dir)
+	out, err := generate(t, "type Pair struct {\n\tA bool `json:\"a\"`\n\tB bool `json:\"b\"`\n}\n\n"+
+		"type Inner struct {\n\tC bool `json:\"c\"`\n}\n\n"+
+		"type Body struct {\n\tFirst bool `json:\"first\"`\n\tPair\n\tLast bool `json:\"last\"`\n}\n\n"+
+		"type Only struct {\n\tPair\n}\n\n"+
+		"type Named struct {\n\tInner `json:\"inner\"`\n}\n")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +68,7 @@ func TestGenerateFlattensEmbeddedStructs(t *testing.T) {
 		"b = append(b, `,\"a\":`...)",
 		"b = append(b, `,\"last\":`...)",
 		`return f.require("a", "b")`, // Only
-		"func (x *Inner) decodeJSON",  // nested under a name: a body of its own
+		"func (x *Inner) decodeJSON", // nested under a name: a body of its own
 		"err = x.Inner.decodeJSON(d, f.val, d.path(ctx, \".inner\"))",
 	} {
 		if !strings.Contains(s, want) {
@@ -96,11 +90,7 @@ func TestGenerateRefusesUnflattenableEmbedding(t *testing.T) {
 		{pair + "type Body struct {\n\tOn bool `json:\"on\"`\n\t*Pair\n}\n", "an embedded field must be a struct type of package wire"},
 		{"type N uint64\n\ntype Body struct {\n\tOn bool `json:\"on\"`\n\tN\n}\n", "an embedded field must be a struct type of package wire"},
 	} {
-		dir := t.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, "body.go"), []byte("package wire\n\n"+c.src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		_, err := Generate(dir)
+		_, err := generate(t, c.src)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want an error containing %q", c.src, err, c.want)
 		}
