@@ -357,8 +357,8 @@ var labelValues = map[string]labelCases{
 		{"MessageFamily", "msg-1"},
 		{"SubscriptionFamily", "sub-1"},
 	}},
-	"Method":      printableValues(MaxMethodLen, "m"),
-	"ContentType": printableValues(MaxContentTypeLen, "c"),
+	"Method":      printableValues(128, "m"),
+	"ContentType": printableValues(127, "c"),
 	"object": {bad: []namedValue{
 		{"EmptyArray", []int{}},
 		{"String", "x"},

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/hex"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,89 +12,208 @@ import (
 // gets accept and refuse cases at each boundary (length, alphabet,
 // canonical form).
 
-type predCase struct {
+// namedInput is an input and the name of its case.
+type namedInput struct{ name, in string }
+
+// stringChecks are the checks of the string labels, each with the inputs
+// it must accept and refuse. Each bounds its length: it accepts longest,
+// and refuses the empty input and longest with one more byte. The string
+// form, where there is one, must agree with the []byte form throughout.
+var stringChecks = []struct {
+	name    string
+	bytes   func([]byte) bool
+	str     func(string) bool
+	longest string
+	accept  []namedInput
+	refuse  []namedInput
+}{{
+	name: "ValidID", bytes: ValidIDBytes, str: ValidID, longest: "a" + strings.Repeat("z", 63),
+	accept: []namedInput{
+		{"OneLetter", "a"},
+		{"OneDigit", "0"},
+		{"AllPunctuation", "a-b_c.d"},
+		{"DoubleDotInside", "a..b"},
+		{"TrailingPunctuation", "a."},
+		{"Serial", "msg-7"},
+	},
+	refuse: []namedInput{
+		{"LeadingDash", "-a"},
+		{"LeadingDot", ".a"},
+		{"LeadingUnderscore", "_a"},
+		{"Uppercase", "aB"},
+		{"UppercaseSerial", "MSG-7"},
+		{"Space", "a b"},
+		{"Slash", "a/b"},
+		{"Colon", "a:b"},
+		{"NonASCII", "é"},
+		{"NUL", "a\x00"},
+	},
+}, {
+	name: "ValidName", bytes: ValidNameBytes, str: ValidName, longest: strings.Repeat("a", 192),
+	accept: []namedInput{
+		{"OneLetter", "a"},
+		{"TwoSegments", "a.b"},
+		{"Dotted", "world.demo.frame"},
+		{"Punctuation", "a-b_c"},
+		{"PunctuationSegment", "a._.b"},
+		{"LeadingDash", "-a"},
+		{"Digits", "0.1"},
+		{"MaxLengthDotted", strings.Repeat("ab.", 63) + "abc"},
+	},
+	refuse: []namedInput{
+		{"LeadingDot", ".a"},
+		{"TrailingDot", "a."},
+		{"DoubleDot", "a..b"},
+		{"OnlyDot", "."},
+		{"OnlyDots", ".."},
+		{"Uppercase", "World"},
+		{"Slash", "a/b"},
+		{"Space", "a b"},
+		{"Wildcard", "a.*"},
+		{"NonASCII", "é"},
+	},
+}, {
+	name: "ValidMethod", bytes: ValidMethodBytes, str: ValidMethod, longest: strings.Repeat("M", 128),
+	accept: []namedInput{
+		{"OneChar", "a"},
+		{"OneCapital", "M"},
+		{"Typical", "Counter.Increment"},
+		{"Space", " "},
+		{"Tilde", "~"},
+		{"QuoteAndBackslash", `Say "hi" \ now`},
+	},
+	refuse: []namedInput{
+		{"Tab", "a\tb"},
+		{"Newline", "a\n"},
+		{"NUL", "\x00"},
+		{"DEL", "a\x7f"},
+		{"NonASCII", "Zähler"},
+	},
+}, {
+	name: "ValidContentType", bytes: ValidContentTypeBytes, str: ValidContentType, longest: strings.Repeat("c", 127),
+	accept: []namedInput{
+		{"Typical", "image/x-rgba"},
+		{"Short", "a/b"},
+		{"Parameters", `text/plain; charset="utf-8"`},
+		{"OneChar", "x"},
+	},
+	refuse: []namedInput{
+		{"Newline", "text/plain\n"},
+		{"DEL", "text\x7f"},
+		{"NonASCII", "text/plain; charset=é"},
+	},
+}, {
+	name: "ValidRelPath", bytes: ValidRelPathBytes, longest: strings.Repeat("p", 255),
+	accept: []namedInput{
+		{"OneComponent", "a"},
+		{"Nested", "staging/a-41.3"},
+		{"MixedCase", "A/B_c-d.e"},
+		{"DotPrefixedName", "a/.b"},
+		{"ThreeDots", "a/..."},
+		{"DotDotPrefix", "..a/b"},
+	},
+	refuse: []namedInput{
+		{"Absolute", "/a"},
+		{"TrailingSlash", "a/"},
+		{"EmptyComponent", "a//b"},
+		{"Dot", "."},
+		{"DotDot", ".."},
+		{"DotComponent", "a/./b"},
+		{"ParentInside", "a/../b"},
+		{"ParentFirst", "../a"},
+		{"ParentLast", "a/.."},
+		{"Backslash", `a\b`},
+		{"Space", "a b"},
+		{"Colon", "c:a"},
+		{"NonASCII", "ä"},
+		{"NUL", "a\x00"},
+	},
+}}
+
+func TestStringChecks(t *testing.T) {
+	for _, c := range stringChecks {
+		tooLong := c.longest + c.longest[len(c.longest)-1:]
+		for _, set := range []struct {
+			verdict string
+			want    bool
+			inputs  []namedInput
+		}{
+			{"Accept", true, append(slices.Clone(c.accept), namedInput{"MaxLength", c.longest})},
+			{"Refuse", false, append([]namedInput{{"Empty", ""}, {"TooLong", tooLong}}, c.refuse...)},
+		} {
+			for _, in := range set.inputs {
+				t.Run(c.name+"/"+set.verdict+"/"+in.name, func(t *testing.T) {
+					if got := c.bytes([]byte(in.in)); got != set.want {
+						t.Errorf("%q: got %v, want %v", in.in, got, set.want)
+					}
+					if c.str != nil && c.str(in.in) != set.want {
+						t.Errorf("%q: the string form disagrees with the []byte form", in.in)
+					}
+				})
+			}
+		}
+	}
+}
+
+// accepted is an input a parser accepts and the value it must yield.
+type accepted[T any] struct {
 	name string
 	in   string
-	ok   bool
+	want T
 }
 
-func runPred(t *testing.T, fn func([]byte) bool, cases []predCase) {
+// runParse checks parse on every input: each accepted one yields its value
+// and formats back to itself through every format, its canonical spelling;
+// each refused one yields the zero value.
+func runParse[T comparable](t *testing.T, prefix string, parse func(string) (T, bool), accept []accepted[T], refuse []namedInput, formats ...func(T) string) {
 	t.Helper()
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			if got := fn([]byte(c.in)); got != c.ok {
-				t.Errorf("%q: got %v, want %v", c.in, got, c.ok)
+	for _, c := range accept {
+		t.Run(prefix+"Accept/"+c.name, func(t *testing.T) {
+			got, ok := parse(c.in)
+			if !ok || got != c.want {
+				t.Fatalf("%q: got (%v, %v), want (%v, true)", c.in, got, ok, c.want)
 			}
-		})
-	}
-}
-
-func TestValidID(t *testing.T) {
-	runPred(t, ValidIDBytes, []predCase{
-		{"Accept/OneLetter", "a", true},
-		{"Accept/OneDigit", "0", true},
-		{"Accept/AllPunctuation", "a-b_c.d", true},
-		{"Accept/DoubleDotInside", "a..b", true},
-		{"Accept/TrailingPunctuation", "a.", true},
-		{"Accept/MaxLength", "a" + strings.Repeat("z", 63), true},
-		{"Refuse/Empty", "", false},
-		{"Refuse/TooLong", "a" + strings.Repeat("z", 64), false},
-		{"Refuse/LeadingDash", "-a", false},
-		{"Refuse/LeadingDot", ".a", false},
-		{"Refuse/LeadingUnderscore", "_a", false},
-		{"Refuse/Uppercase", "aB", false},
-		{"Refuse/Space", "a b", false},
-		{"Refuse/Slash", "a/b", false},
-		{"Refuse/Colon", "a:b", false},
-		{"Refuse/NonASCII", "é", false},
-		{"Refuse/NUL", "a\x00", false},
-	})
-	if !ValidID("msg-7") || ValidID("MSG-7") {
-		t.Error("ValidID disagrees with ValidIDBytes")
-	}
-}
-
-func TestParseU64(t *testing.T) {
-	cases := []struct {
-		name string
-		in   string
-		want uint64
-		ok   bool
-	}{
-		{"Accept/Zero", "0", 0, true},
-		{"Accept/One", "1", 1, true},
-		{"Accept/Typical", "1228800", 1228800, true},
-		{"Accept/Max", "18446744073709551615", 1<<64 - 1, true},
-		{"Accept/MaxMinusOne", "18446744073709551614", 1<<64 - 2, true},
-		{"Refuse/MaxPlusOne", "18446744073709551616", 0, false},
-		{"Refuse/TwentyNines", "99999999999999999999", 0, false},
-		{"Refuse/TwentyOneDigits", "100000000000000000000", 0, false},
-		{"Refuse/Empty", "", 0, false},
-		{"Refuse/Plus", "+1", 0, false},
-		{"Refuse/Minus", "-1", 0, false},
-		{"Refuse/LeadingZero", "01", 0, false},
-		{"Refuse/DoubleZero", "00", 0, false},
-		{"Refuse/LeadingSpace", " 1", 0, false},
-		{"Refuse/TrailingSpace", "1 ", 0, false},
-		{"Refuse/Fraction", "1.0", 0, false},
-		{"Refuse/Exponent", "1e3", 0, false},
-		{"Refuse/Hex", "0x1", 0, false},
-		{"Refuse/Underscore", "1_000", 0, false},
-		{"Refuse/FullwidthDigit", "１", 0, false},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			got, ok := ParseU64Bytes([]byte(c.in))
-			if ok != c.ok || got != c.want {
-				t.Errorf("%q: got (%d, %v), want (%d, %v)", c.in, got, ok, c.want, c.ok)
-			}
-			if ok {
-				if s := FormatU64(got); s != c.in {
-					t.Errorf("FormatU64(%d) = %q, want %q", got, s, c.in)
+			for _, format := range formats {
+				if s := format(got); s != c.in {
+					t.Errorf("%v formats as %q, want %q", got, s, c.in)
 				}
 			}
 		})
 	}
+	for _, c := range refuse {
+		t.Run(prefix+"Refuse/"+c.name, func(t *testing.T) {
+			var zero T
+			if got, ok := parse(c.in); ok || got != zero {
+				t.Fatalf("%q: got (%v, %v), want a refusal and the zero value", c.in, got, ok)
+			}
+		})
+	}
+}
+
+func TestParseU64(t *testing.T) {
+	runParse(t, "", func(s string) (uint64, bool) { return ParseU64Bytes([]byte(s)) }, []accepted[uint64]{
+		{"Zero", "0", 0},
+		{"One", "1", 1},
+		{"Typical", "1228800", 1228800},
+		{"Max", "18446744073709551615", 1<<64 - 1},
+		{"MaxMinusOne", "18446744073709551614", 1<<64 - 2},
+	}, []namedInput{
+		{"MaxPlusOne", "18446744073709551616"},
+		{"TwentyNines", "99999999999999999999"},
+		{"TwentyOneDigits", "100000000000000000000"},
+		{"Empty", ""},
+		{"Plus", "+1"},
+		{"Minus", "-1"},
+		{"LeadingZero", "01"},
+		{"DoubleZero", "00"},
+		{"LeadingSpace", " 1"},
+		{"TrailingSpace", "1 "},
+		{"Fraction", "1.0"},
+		{"Exponent", "1e3"},
+		{"Hex", "0x1"},
+		{"Underscore", "1_000"},
+		{"FullwidthDigit", "１"},
+	}, FormatU64)
 	// Every power of ten and its neighbours agrees with strconv, which is
 	// not canonical-only but agrees on canonical input.
 	for p := uint64(1); p != 0 && p <= 1e19; p *= 10 {
@@ -107,146 +227,35 @@ func TestParseU64(t *testing.T) {
 }
 
 func TestParseDigest(t *testing.T) {
-	raw := make([]byte, 32)
-	for i := range raw {
-		raw[i] = byte(i*37 + 5)
+	var mixed, allF Digest
+	for i := range mixed {
+		mixed[i] = byte(i*37 + 5)
+		allF[i] = 0xff
 	}
-	good := hex.EncodeToString(raw)
-	cases := []struct {
-		name string
-		in   string
-		ok   bool
-	}{
-		{"Accept/Mixed", good, true},
-		{"Accept/Zero", strings.Repeat("0", 64), true},
-		{"Accept/AllF", strings.Repeat("f", 64), true},
-		{"Refuse/Empty", "", false},
-		{"Refuse/Short", good[:63], false},
-		{"Refuse/Long", good + "0", false},
-		{"Refuse/Uppercase", strings.ToUpper(good), false},
-		{"Refuse/OneUppercase", "A" + good[1:], false},
-		{"Refuse/NotHex", "g" + good[1:], false},
-		{"Refuse/Space", " " + good[1:], false},
-		{"Refuse/Prefix", "0x" + good[2:], false},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			d, ok := ParseDigestBytes([]byte(c.in))
-			if ok != c.ok {
-				t.Fatalf("%q: ok = %v, want %v", c.in, ok, c.ok)
-			}
-			if !ok {
-				if d != (Digest{}) {
-					t.Errorf("refused digest left %x", d)
-				}
-				return
-			}
-			want, _ := hex.DecodeString(c.in)
-			if string(d[:]) != string(want) {
-				t.Errorf("%q parsed as %x", c.in, d)
-			}
-			if d.String() != c.in || string(d.AppendHex([]byte("x"))) != "x"+c.in {
-				t.Errorf("%q formats as %q", c.in, d.String())
-			}
-		})
-	}
+	good := hex.EncodeToString(mixed[:])
+	runParse(t, "", func(s string) (Digest, bool) { return ParseDigestBytes([]byte(s)) }, []accepted[Digest]{
+		{"Mixed", good, mixed},
+		{"Zero", strings.Repeat("0", 64), Digest{}},
+		{"AllF", strings.Repeat("f", 64), allF},
+	}, []namedInput{
+		{"Empty", ""},
+		{"Short", good[:63]},
+		{"Long", good + "0"},
+		{"Uppercase", strings.ToUpper(good)},
+		{"OneUppercase", "A" + good[1:]},
+		{"NotHex", "g" + good[1:]},
+		{"Space", " " + good[1:]},
+		{"Prefix", "0x" + good[2:]},
+	}, Digest.String, func(d Digest) string {
+		b := d.AppendHex([]byte("x")) // appends after what b holds
+		if b[0] != 'x' {
+			return "overwrote " + string(b)
+		}
+		return string(b[1:])
+	})
 	if d, ok := ParseDigest(good); !ok || d.String() != good {
 		t.Error("ParseDigest disagrees with ParseDigestBytes")
 	}
-}
-
-func TestValidName(t *testing.T) {
-	runPred(t, ValidNameBytes, []predCase{
-		{"Accept/OneLetter", "a", true},
-		{"Accept/Dotted", "world.demo.frame", true},
-		{"Accept/Punctuation", "a-b_c", true},
-		{"Accept/PunctuationSegment", "a._.b", true},
-		{"Accept/LeadingDash", "-a", true},
-		{"Accept/Digits", "0.1", true},
-		{"Accept/MaxLength", strings.Repeat("a", 192), true},
-		{"Accept/MaxLengthDotted", strings.Repeat("ab.", 63) + "abc", true},
-		{"Refuse/Empty", "", false},
-		{"Refuse/TooLong", strings.Repeat("a", 193), false},
-		{"Refuse/LeadingDot", ".a", false},
-		{"Refuse/TrailingDot", "a.", false},
-		{"Refuse/DoubleDot", "a..b", false},
-		{"Refuse/OnlyDot", ".", false},
-		{"Refuse/OnlyDots", "..", false},
-		{"Refuse/Uppercase", "World", false},
-		{"Refuse/Slash", "a/b", false},
-		{"Refuse/Space", "a b", false},
-		{"Refuse/Wildcard", "a.*", false},
-		{"Refuse/NonASCII", "é", false},
-	})
-	if !ValidName("a.b") || ValidName("a..b") {
-		t.Error("ValidName disagrees with ValidNameBytes")
-	}
-}
-
-func TestValidMethod(t *testing.T) {
-	runPred(t, ValidMethodBytes, []predCase{
-		{"Accept/OneChar", "a", true},
-		{"Accept/Typical", "Counter.Increment", true},
-		{"Accept/Space", " ", true},
-		{"Accept/Tilde", "~", true},
-		{"Accept/QuoteAndBackslash", `Say "hi" \ now`, true},
-		{"Accept/MaxLength", strings.Repeat("M", 128), true},
-		{"Refuse/Empty", "", false},
-		{"Refuse/TooLong", strings.Repeat("M", 129), false},
-		{"Refuse/Tab", "a\tb", false},
-		{"Refuse/Newline", "a\n", false},
-		{"Refuse/NUL", "\x00", false},
-		{"Refuse/DEL", "a\x7f", false},
-		{"Refuse/NonASCII", "Zähler", false},
-	})
-	if !ValidMethod("M") || ValidMethod("") {
-		t.Error("ValidMethod disagrees with ValidMethodBytes")
-	}
-}
-
-func TestValidContentType(t *testing.T) {
-	runPred(t, ValidContentTypeBytes, []predCase{
-		{"Accept/Typical", "image/x-rgba", true},
-		{"Accept/Parameters", `text/plain; charset="utf-8"`, true},
-		{"Accept/OneChar", "x", true},
-		{"Accept/MaxLength", strings.Repeat("c", 127), true},
-		{"Refuse/Empty", "", false},
-		{"Refuse/TooLong", strings.Repeat("c", 128), false},
-		{"Refuse/Newline", "text/plain\n", false},
-		{"Refuse/DEL", "text\x7f", false},
-		{"Refuse/NonASCII", "text/plain; charset=é", false},
-	})
-	if !ValidContentType("a/b") || ValidContentType("") {
-		t.Error("ValidContentType disagrees with ValidContentTypeBytes")
-	}
-}
-
-func TestValidRelPath(t *testing.T) {
-	runPred(t, ValidRelPathBytes, []predCase{
-		{"Accept/OneComponent", "a", true},
-		{"Accept/Nested", "staging/a-41.3", true},
-		{"Accept/MixedCase", "A/B_c-d.e", true},
-		{"Accept/DotPrefixedName", "a/.b", true},
-		{"Accept/ThreeDots", "a/...", true},
-		{"Accept/DotDotPrefix", "..a/b", true},
-		{"Accept/MaxLength", strings.Repeat("p", 255), true},
-		{"Refuse/Empty", "", false},
-		{"Refuse/TooLong", strings.Repeat("p", 256), false},
-		{"Refuse/Absolute", "/a", false},
-		{"Refuse/TrailingSlash", "a/", false},
-		{"Refuse/EmptyComponent", "a//b", false},
-		{"Refuse/Dot", ".", false},
-		{"Refuse/DotDot", "..", false},
-		{"Refuse/DotComponent", "a/./b", false},
-		{"Refuse/ParentInside", "a/../b", false},
-		{"Refuse/ParentFirst", "../a", false},
-		{"Refuse/ParentLast", "a/..", false},
-		{"Refuse/Backslash", `a\b`, false},
-		{"Refuse/Space", "a b", false},
-		{"Refuse/Colon", "c:a", false},
-		{"Refuse/NonASCII", "ä", false},
-		{"Refuse/NUL", "a\x00", false},
-	})
 }
 
 var families = []struct {
@@ -273,38 +282,23 @@ func TestSerials(t *testing.T) {
 			t.Fatalf("%d: prefix %q, want %q", f.fam, f.fam.Prefix(), p)
 		}
 		name := strings.TrimSuffix(p, "-")
-		cases := []struct {
-			name string
-			in   string
-			want uint64
-			ok   bool
-		}{
-			{"Accept/Zero", p + "0", 0, true},
-			{"Accept/Seven", p + "7", 7, true},
-			{"Accept/Max", p + "18446744073709551615", 1<<64 - 1, true},
-			{"Refuse/PrefixOnly", p, 0, false},
-			{"Refuse/NoDash", name + "7", 0, false},
-			{"Refuse/LeadingZero", p + "07", 0, false},
-			{"Refuse/Negative", p + "-1", 0, false},
-			{"Refuse/Plus", p + "+1", 0, false},
-			{"Refuse/Letter", p + "x", 0, false},
-			{"Refuse/TrailingSpace", p + "7 ", 0, false},
-			{"Refuse/Uppercase", strings.ToUpper(p) + "7", 0, false},
-			{"Refuse/Overflow", p + "18446744073709551616", 0, false},
-			{"Refuse/Bare", "7", 0, false},
-			{"Refuse/Empty", "", 0, false},
-		}
-		for _, c := range cases {
-			t.Run(name+"/"+c.name, func(t *testing.T) {
-				got, ok := ParseSerialBytes(f.fam, []byte(c.in))
-				if ok != c.ok || got != c.want {
-					t.Fatalf("%q: got (%d, %v), want (%d, %v)", c.in, got, ok, c.want, c.ok)
-				}
-				if ok && (FormatSerial(f.fam, got) != c.in || f.str(got) != c.in) {
-					t.Errorf("%d formats as %q / %q, want %q", got, FormatSerial(f.fam, got), f.str(got), c.in)
-				}
-			})
-		}
+		runParse(t, name+"/", func(s string) (uint64, bool) { return ParseSerialBytes(f.fam, []byte(s)) }, []accepted[uint64]{
+			{"Zero", p + "0", 0},
+			{"Seven", p + "7", 7},
+			{"Max", p + "18446744073709551615", 1<<64 - 1},
+		}, []namedInput{
+			{"PrefixOnly", p},
+			{"NoDash", name + "7"},
+			{"LeadingZero", p + "07"},
+			{"Negative", p + "-1"},
+			{"Plus", p + "+1"},
+			{"Letter", p + "x"},
+			{"TrailingSpace", p + "7 "},
+			{"Uppercase", strings.ToUpper(p) + "7"},
+			{"Overflow", p + "18446744073709551616"},
+			{"Bare", "7"},
+			{"Empty", ""},
+		}, func(n uint64) string { return FormatSerial(f.fam, n) }, f.str)
 		// No family accepts another family's spelling.
 		for _, g := range families {
 			if g.fam == f.fam {
@@ -330,79 +324,48 @@ func TestSerialInvalidFamily(t *testing.T) {
 }
 
 func TestOwnerID(t *testing.T) {
-	cases := []struct {
-		name string
-		in   string
-		want OwnerID
-		ok   bool
-	}{
-		{"Accept/Delivery", "dlv-3", DeliveryOwner(3), true},
-		{"Accept/Hold", "own-9", HoldOwner(9), true},
-		{"Accept/HoldZero", "own-0", OwnerID{}, true},
-		{"Accept/DeliveryMax", "dlv-18446744073709551615", OwnerID{Delivery: true, N: 1<<64 - 1}, true},
-		{"Refuse/Message", "msg-1", OwnerID{}, false},
-		{"Refuse/Artifact", "a-1", OwnerID{}, false},
-		{"Refuse/Call", "call-1", OwnerID{}, false},
-		{"Refuse/DeliveryPrefixOnly", "dlv-", OwnerID{}, false},
-		{"Refuse/HoldLeadingZero", "own-01", OwnerID{}, false},
-		{"Refuse/Empty", "", OwnerID{}, false},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			got, ok := ParseOwnerIDBytes([]byte(c.in))
-			if ok != c.ok || (ok && got != c.want) {
-				t.Fatalf("%q: got (%+v, %v), want (%+v, %v)", c.in, got, ok, c.want, c.ok)
-			}
-			if ok && got.String() != c.in {
-				t.Errorf("%+v formats as %q", got, got.String())
-			}
-		})
-	}
+	runParse(t, "", func(s string) (OwnerID, bool) { return ParseOwnerIDBytes([]byte(s)) }, []accepted[OwnerID]{
+		{"Delivery", "dlv-3", DeliveryOwner(3)},
+		{"Hold", "own-9", HoldOwner(9)},
+		{"HoldZero", "own-0", OwnerID{}},
+		{"DeliveryMax", "dlv-18446744073709551615", OwnerID{Delivery: true, N: 1<<64 - 1}},
+	}, []namedInput{
+		{"Message", "msg-1"},
+		{"Artifact", "a-1"},
+		{"Call", "call-1"},
+		{"DeliveryPrefixOnly", "dlv-"},
+		{"HoldLeadingZero", "own-01"},
+		{"Empty", ""},
+	}, OwnerID.String)
 }
 
 func TestRouterAndStoreIDs(t *testing.T) {
-	type parser func(string) (uint64, bool)
 	router := func(s string) (uint64, bool) { v, ok := ParseRouterID(s); return uint64(v), ok }
 	store := func(s string) (uint64, bool) { v, ok := ParseStoreID(s); return uint64(v), ok }
 	for _, p := range []struct {
 		name   string
 		prefix string
 		other  string
-		parse  parser
+		parse  func(string) (uint64, bool)
 		format func(uint64) string
 	}{
 		{"Router", "router-", "store-", router, func(v uint64) string { return RouterID(v).String() }},
 		{"Store", "store-", "router-", store, func(v uint64) string { return StoreID(v).String() }},
 	} {
-		cases := []struct {
-			name string
-			in   string
-			want uint64
-			ok   bool
-		}{
-			{"Accept/Mixed", p.prefix + "0123456789abcdef", 0x0123456789abcdef, true},
-			{"Accept/Zero", p.prefix + "0000000000000000", 0, true},
-			{"Accept/Max", p.prefix + "ffffffffffffffff", 1<<64 - 1, true},
-			{"Refuse/Short", p.prefix + "0123456789abcde", 0, false},
-			{"Refuse/Long", p.prefix + "0123456789abcdef0", 0, false},
-			{"Refuse/Uppercase", p.prefix + "0123456789ABCDEF", 0, false},
-			{"Refuse/NotHex", p.prefix + "0123456789abcdeg", 0, false},
-			{"Refuse/OtherTag", p.other + "0123456789abcdef", 0, false},
-			{"Refuse/CapitalPrefix", strings.ToUpper(p.prefix[:1]) + p.prefix[1:] + "0123456789abcdef", 0, false},
-			{"Refuse/NoPrefix", "0123456789abcdef", 0, false},
-			{"Refuse/Empty", "", 0, false},
-		}
-		for _, c := range cases {
-			t.Run(p.name+"/"+c.name, func(t *testing.T) {
-				got, ok := p.parse(c.in)
-				if ok != c.ok || got != c.want {
-					t.Fatalf("%q: got (%x, %v), want (%x, %v)", c.in, got, ok, c.want, c.ok)
-				}
-				if ok && p.format(got) != c.in {
-					t.Errorf("%x formats as %q", got, p.format(got))
-				}
-			})
-		}
+		runParse(t, p.name+"/", p.parse, []accepted[uint64]{
+			{"Mixed", p.prefix + "0123456789abcdef", 0x0123456789abcdef},
+			{"Zero", p.prefix + "0000000000000000", 0},
+			{"Max", p.prefix + "ffffffffffffffff", 1<<64 - 1},
+		}, []namedInput{
+			{"Short", p.prefix + "0123456789abcde"},
+			{"Long", p.prefix + "0123456789abcdef0"},
+			{"Uppercase", p.prefix + "0123456789ABCDEF"},
+			{"NotHex", p.prefix + "0123456789abcdeg"},
+			{"OtherTag", p.other + "0123456789abcdef"},
+			{"CapitalPrefix", strings.ToUpper(p.prefix[:1]) + p.prefix[1:] + "0123456789abcdef"},
+			{"NoPrefix", "0123456789abcdef"},
+			{"Empty", ""},
+		}, p.format)
 	}
 }
 
