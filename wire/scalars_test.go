@@ -15,142 +15,154 @@ import (
 // namedInput is an input and the name of its case.
 type namedInput struct{ name, in string }
 
-// stringChecks are the checks of the string labels, each with the inputs
-// it must accept and refuse. Each bounds its length: it accepts longest,
-// and refuses the empty input and longest with one more byte. The string
-// form, where there is one, must agree with the []byte form throughout.
-var stringChecks = []struct {
-	name    string
+// stringCheck is the check of a string label with the inputs it must
+// accept and refuse. Each check bounds its length: it accepts longest, and
+// refuses the empty input and longest with one more byte. The string form,
+// where there is one, must agree with the []byte form throughout.
+type stringCheck struct {
 	bytes   func([]byte) bool
-	str     func(string) bool
+	str     func(string) bool // nil where there is none
 	longest string
 	accept  []namedInput
 	refuse  []namedInput
-}{{
-	name: "ValidID", bytes: ValidIDBytes, str: ValidID, longest: "a" + strings.Repeat("z", 63),
-	accept: []namedInput{
-		{"OneLetter", "a"},
-		{"OneDigit", "0"},
-		{"AllPunctuation", "a-b_c.d"},
-		{"DoubleDotInside", "a..b"},
-		{"TrailingPunctuation", "a."},
-		{"Serial", "msg-7"},
-	},
-	refuse: []namedInput{
-		{"LeadingDash", "-a"},
-		{"LeadingDot", ".a"},
-		{"LeadingUnderscore", "_a"},
-		{"Uppercase", "aB"},
-		{"UppercaseSerial", "MSG-7"},
-		{"Space", "a b"},
-		{"Slash", "a/b"},
-		{"Colon", "a:b"},
-		{"NonASCII", "é"},
-		{"NUL", "a\x00"},
-	},
-}, {
-	name: "ValidName", bytes: ValidNameBytes, str: ValidName, longest: strings.Repeat("a", 192),
-	accept: []namedInput{
-		{"OneLetter", "a"},
-		{"TwoSegments", "a.b"},
-		{"Dotted", "world.demo.frame"},
-		{"Punctuation", "a-b_c"},
-		{"PunctuationSegment", "a._.b"},
-		{"LeadingDash", "-a"},
-		{"Digits", "0.1"},
-		{"MaxLengthDotted", strings.Repeat("ab.", 63) + "abc"},
-	},
-	refuse: []namedInput{
-		{"LeadingDot", ".a"},
-		{"TrailingDot", "a."},
-		{"DoubleDot", "a..b"},
-		{"OnlyDot", "."},
-		{"OnlyDots", ".."},
-		{"Uppercase", "World"},
-		{"Slash", "a/b"},
-		{"Space", "a b"},
-		{"Wildcard", "a.*"},
-		{"NonASCII", "é"},
-	},
-}, {
-	name: "ValidMethod", bytes: ValidMethodBytes, str: ValidMethod, longest: strings.Repeat("M", 128),
-	accept: []namedInput{
-		{"OneChar", "a"},
-		{"OneCapital", "M"},
-		{"Typical", "Counter.Increment"},
-		{"Space", " "},
-		{"Tilde", "~"},
-		{"QuoteAndBackslash", `Say "hi" \ now`},
-	},
-	refuse: []namedInput{
-		{"Tab", "a\tb"},
-		{"Newline", "a\n"},
-		{"NUL", "\x00"},
-		{"DEL", "a\x7f"},
-		{"NonASCII", "Zähler"},
-	},
-}, {
-	name: "ValidContentType", bytes: ValidContentTypeBytes, str: ValidContentType, longest: strings.Repeat("c", 127),
-	accept: []namedInput{
-		{"Typical", "image/x-rgba"},
-		{"Short", "a/b"},
-		{"Parameters", `text/plain; charset="utf-8"`},
-		{"OneChar", "x"},
-	},
-	refuse: []namedInput{
-		{"Newline", "text/plain\n"},
-		{"DEL", "text\x7f"},
-		{"NonASCII", "text/plain; charset=é"},
-	},
-}, {
-	name: "ValidRelPath", bytes: ValidRelPathBytes, longest: strings.Repeat("p", 255),
-	accept: []namedInput{
-		{"OneComponent", "a"},
-		{"Nested", "staging/a-41.3"},
-		{"MixedCase", "A/B_c-d.e"},
-		{"DotPrefixedName", "a/.b"},
-		{"ThreeDots", "a/..."},
-		{"DotDotPrefix", "..a/b"},
-	},
-	refuse: []namedInput{
-		{"Absolute", "/a"},
-		{"TrailingSlash", "a/"},
-		{"EmptyComponent", "a//b"},
-		{"Dot", "."},
-		{"DotDot", ".."},
-		{"DotComponent", "a/./b"},
-		{"ParentInside", "a/../b"},
-		{"ParentFirst", "../a"},
-		{"ParentLast", "a/.."},
-		{"Backslash", `a\b`},
-		{"Space", "a b"},
-		{"Colon", "c:a"},
-		{"NonASCII", "ä"},
-		{"NUL", "a\x00"},
-	},
-}}
+}
 
-func TestStringChecks(t *testing.T) {
-	for _, c := range stringChecks {
-		tooLong := c.longest + c.longest[len(c.longest)-1:]
-		for _, set := range []struct {
-			verdict string
-			want    bool
-			inputs  []namedInput
-		}{
-			{"Accept", true, append(slices.Clone(c.accept), namedInput{"MaxLength", c.longest})},
-			{"Refuse", false, append([]namedInput{{"Empty", ""}, {"TooLong", tooLong}}, c.refuse...)},
-		} {
-			for _, in := range set.inputs {
-				t.Run(c.name+"/"+set.verdict+"/"+in.name, func(t *testing.T) {
-					if got := c.bytes([]byte(in.in)); got != set.want {
-						t.Errorf("%q: got %v, want %v", in.in, got, set.want)
-					}
-					if c.str != nil && c.str(in.in) != set.want {
-						t.Errorf("%q: the string form disagrees with the []byte form", in.in)
-					}
-				})
-			}
+// stringChecks are the string labels' checks, by the name of each.
+var stringChecks = map[string]stringCheck{
+	"ValidID": {
+		bytes: ValidIDBytes, str: ValidID, longest: "a" + strings.Repeat("z", 63),
+		accept: []namedInput{
+			{"OneLetter", "a"},
+			{"OneDigit", "0"},
+			{"AllPunctuation", "a-b_c.d"},
+			{"DoubleDotInside", "a..b"},
+			{"TrailingPunctuation", "a."},
+			{"Serial", "msg-7"},
+		},
+		refuse: []namedInput{
+			{"LeadingDash", "-a"},
+			{"LeadingDot", ".a"},
+			{"LeadingUnderscore", "_a"},
+			{"Uppercase", "aB"},
+			{"UppercaseSerial", "MSG-7"},
+			{"Space", "a b"},
+			{"Slash", "a/b"},
+			{"Colon", "a:b"},
+			{"NonASCII", "é"},
+			{"NUL", "a\x00"},
+		},
+	},
+	"ValidName": {
+		bytes: ValidNameBytes, str: ValidName, longest: strings.Repeat("a", 192),
+		accept: []namedInput{
+			{"OneLetter", "a"},
+			{"TwoSegments", "a.b"},
+			{"Dotted", "world.demo.frame"},
+			{"Punctuation", "a-b_c"},
+			{"PunctuationSegment", "a._.b"},
+			{"LeadingDash", "-a"},
+			{"Digits", "0.1"},
+			{"MaxLengthDotted", strings.Repeat("ab.", 63) + "abc"},
+		},
+		refuse: []namedInput{
+			{"LeadingDot", ".a"},
+			{"TrailingDot", "a."},
+			{"DoubleDot", "a..b"},
+			{"OnlyDot", "."},
+			{"OnlyDots", ".."},
+			{"Uppercase", "World"},
+			{"Slash", "a/b"},
+			{"Space", "a b"},
+			{"Wildcard", "a.*"},
+			{"NonASCII", "é"},
+		},
+	},
+	"ValidMethod": {
+		bytes: ValidMethodBytes, str: ValidMethod, longest: strings.Repeat("M", 128),
+		accept: []namedInput{
+			{"OneChar", "a"},
+			{"OneCapital", "M"},
+			{"Typical", "Counter.Increment"},
+			{"Space", " "},
+			{"Tilde", "~"},
+			{"QuoteAndBackslash", `Say "hi" \ now`},
+		},
+		refuse: []namedInput{
+			{"Tab", "a\tb"},
+			{"Newline", "a\n"},
+			{"NUL", "\x00"},
+			{"DEL", "a\x7f"},
+			{"NonASCII", "Zähler"},
+		},
+	},
+	"ValidContentType": {
+		bytes: ValidContentTypeBytes, str: ValidContentType, longest: strings.Repeat("c", 127),
+		accept: []namedInput{
+			{"Typical", "image/x-rgba"},
+			{"Short", "a/b"},
+			{"Parameters", `text/plain; charset="utf-8"`},
+			{"OneChar", "x"},
+		},
+		refuse: []namedInput{
+			{"Newline", "text/plain\n"},
+			{"DEL", "text\x7f"},
+			{"NonASCII", "text/plain; charset=é"},
+		},
+	},
+	"ValidRelPath": {
+		bytes: ValidRelPathBytes, longest: strings.Repeat("p", 255),
+		accept: []namedInput{
+			{"OneComponent", "a"},
+			{"Nested", "staging/a-41.3"},
+			{"MixedCase", "A/B_c-d.e"},
+			{"DotPrefixedName", "a/.b"},
+			{"ThreeDots", "a/..."},
+			{"DotDotPrefix", "..a/b"},
+		},
+		refuse: []namedInput{
+			{"Absolute", "/a"},
+			{"TrailingSlash", "a/"},
+			{"EmptyComponent", "a//b"},
+			{"Dot", "."},
+			{"DotDot", ".."},
+			{"DotComponent", "a/./b"},
+			{"ParentInside", "a/../b"},
+			{"ParentFirst", "../a"},
+			{"ParentLast", "a/.."},
+			{"Backslash", `a\b`},
+			{"Space", "a b"},
+			{"Colon", "c:a"},
+			{"NonASCII", "ä"},
+			{"NUL", "a\x00"},
+		},
+	},
+}
+
+func TestValidID(t *testing.T)          { stringChecks["ValidID"].run(t) }
+func TestValidName(t *testing.T)        { stringChecks["ValidName"].run(t) }
+func TestValidMethod(t *testing.T)      { stringChecks["ValidMethod"].run(t) }
+func TestValidContentType(t *testing.T) { stringChecks["ValidContentType"].run(t) }
+func TestValidRelPath(t *testing.T)     { stringChecks["ValidRelPath"].run(t) }
+
+func (c stringCheck) run(t *testing.T) {
+	tooLong := c.longest + c.longest[len(c.longest)-1:]
+	for _, set := range []struct {
+		verdict string
+		want    bool
+		inputs  []namedInput
+	}{
+		{"Accept", true, append(slices.Clone(c.accept), namedInput{"MaxLength", c.longest})},
+		{"Refuse", false, append([]namedInput{{"Empty", ""}, {"TooLong", tooLong}}, c.refuse...)},
+	} {
+		for _, in := range set.inputs {
+			t.Run(set.verdict+"/"+in.name, func(t *testing.T) {
+				if got := c.bytes([]byte(in.in)); got != set.want {
+					t.Errorf("%q: got %v, want %v", in.in, got, set.want)
+				}
+				if c.str != nil && c.str(in.in) != set.want {
+					t.Errorf("%q: the string form disagrees with the []byte form", in.in)
+				}
+			})
 		}
 	}
 }
