@@ -132,7 +132,7 @@ func (c *Client) onRequest(r *wire.Request, arts attachSet) error {
 	s := c.services[r.Target]
 	c.mu.Unlock()
 	g := c.deliveryGuard(r.DeliveryID, arts)
-	rc := &replyCap{c: c, callID: r.CallID, deliveryID: r.DeliveryID, refCount: refCount{refs: 1}}
+	rc := &replyCap{c: c, rcap: r.ReplyCapability(), refCount: refCount{refs: 1}}
 	req := &Request{Method: r.Method, Payload: r.Payload.Clone(), Caller: r.Caller,
 		CallID: r.CallID, DeliveryID: r.DeliveryID, ServiceIncarnation: r.ServiceIncarnation,
 		delivery: delivery{c: c, d: delivered{what: "request", g: g}, arts: arts}, rc: rc}
@@ -161,9 +161,8 @@ type Request struct {
 // replyCap is a call's right to reply, shared by its Request and
 // Responders: the last of them to close without a reply releases the call.
 type replyCap struct {
-	c          *Client
-	callID     wire.CallID
-	deliveryID wire.DeliveryID
+	c    *Client
+	rcap wire.ReplyCapability
 
 	refCount // its mu guards replied too
 	replied  bool
@@ -178,7 +177,7 @@ func (rc *replyCap) drop() {
 	replied := rc.replied
 	rc.mu.Unlock()
 	if !replied {
-		rc.c.fireAndForget(wire.OpRPCResponderRelease, &wire.ResponderRelease{ReplyCapability: wire.ReplyCapability{CallID: rc.callID, RequestDeliveryID: rc.deliveryID}})
+		rc.c.fireAndForget(wire.OpRPCResponderRelease, &wire.ResponderRelease{ReplyCapability: rc.rcap})
 	}
 }
 
@@ -205,8 +204,8 @@ func (rc *replyCap) reply(ctx context.Context, outcome any, atts []Attachment) (
 	}
 	var ok wire.Routed
 	_, err = sendAttached(rc.c, atts, func(watts []wire.Attachment, undo func()) (struct{}, error) {
-		return struct{}{}, rc.c.send(ctx, wire.OpRPCReply, &wire.Reply{
-			ReplyCapability: wire.ReplyCapability{CallID: rc.callID, RequestDeliveryID: rc.deliveryID}, Outcome: raw}, watts, &ok, func(error) { undo() }, nil)
+		return struct{}{}, rc.c.send(ctx, wire.OpRPCReply, &wire.Reply{ReplyCapability: rc.rcap, Outcome: raw},
+			watts, &ok, func(error) { undo() }, nil)
 	})
 	if err != nil {
 		return false, err

@@ -64,7 +64,7 @@ func (a Artifacts) Allocate(ctx context.Context, n int64, contentType string) (*
 		return nil, c.locationError(ok.WriteLocation, err)
 	}
 	st := &writerState{f: f}
-	w := &ArtifactWriter{c: c, id: ok.ArtifactID, gen: ok.Generation, owner: ok.OwnerID, size: n, contentType: contentType, st: st,
+	w := &ArtifactWriter{c: c, alloc: ok.Allocation, size: n, contentType: contentType, st: st,
 		storeID: ok.WriteLocation.StoreID}
 	owner := ok.OwnerID
 	w.cleanup = watch(c, w, "ArtifactWriter", func() {
@@ -93,9 +93,7 @@ func (c *Client) locationError(loc wire.Location, err error) error {
 // fastest way to fill; Bytes maps the file for rendering in place.
 type ArtifactWriter struct {
 	c           *Client
-	id          wire.ArtifactID
-	gen         uint64 // 1 in a files store; the slot's use in a pool store
-	owner       wire.OwnerID
+	alloc       wire.Allocation // its generation: 1 in a files store, the slot's use in a pool store
 	size        int64
 	contentType string
 	storeID     wire.StoreID
@@ -226,7 +224,7 @@ func (w *ArtifactWriter) seal(ctx context.Context, digest wire.Opt[wire.Digest])
 	w.cleanup.Stop() // the seal settles the writer's id, whatever its outcome
 	c := w.c
 	var ok wire.SealOK
-	err := c.roundTrip(ctx, wire.OpArtifactSeal, &wire.Seal{Allocation: wire.Allocation{ArtifactID: w.id, Generation: w.gen, OwnerID: w.owner}, Digest: digest}, &ok,
+	err := c.roundTrip(ctx, wire.OpArtifactSeal, &wire.Seal{Allocation: w.alloc, Digest: digest}, &ok,
 		func(err error) {
 			// The caller gave up: give back whatever the seal left us, the
 			// new hold or, after a refusal, the writer's id (a retired id
@@ -234,7 +232,7 @@ func (w *ArtifactWriter) seal(ctx context.Context, digest wire.Opt[wire.Digest])
 			if err == nil {
 				c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{ok.OwnerID}})
 			} else if !errors.Is(err, wire.ErrRouterLost) {
-				c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{w.owner}})
+				c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{w.alloc.OwnerID}})
 			}
 		})
 	if err != nil {
@@ -245,7 +243,7 @@ func (w *ArtifactWriter) seal(ctx context.Context, digest wire.Opt[wire.Digest])
 		// A refused seal leaves the writer's id with the router only when
 		// the refusal happened before the seal began; release it (a repeat
 		// release of a retired id is a no-op).
-		c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{w.owner}})
+		c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{w.alloc.OwnerID}})
 		return nil, err
 	}
 	return c.newArtifact(ok.Ref, c.holdGuard(ok.OwnerID)), nil
@@ -282,7 +280,7 @@ func (w *ArtifactWriter) sealNoWait(digest wire.Opt[wire.Digest]) (*Artifact, er
 	}
 	w.cleanup.Stop() // the artifact's guard owns the writer's id from here
 	c := w.c
-	ref := wire.ArtifactRef{StoreID: w.storeID, ArtifactID: w.id, Generation: w.gen, ByteLength: uint64(w.size),
+	ref := wire.ArtifactRef{StoreID: w.storeID, ArtifactID: w.alloc.ArtifactID, Generation: w.alloc.Generation, ByteLength: uint64(w.size),
 		ContentType: w.contentType, Digest: digest}
 	s := &sealing{done: make(chan struct{}), ref: ref}
 	var ok wire.SealOK
@@ -297,9 +295,9 @@ func (w *ArtifactWriter) sealNoWait(digest wire.Opt[wire.Digest]) (*Artifact, er
 		}
 		close(s.done)
 	}}
-	a := c.newArtifact(ref, c.holdGuard(w.owner))
+	a := c.newArtifact(ref, c.holdGuard(w.alloc.OwnerID))
 	a.seal = s
-	if err := c.enqueueWith(wire.OpArtifactSeal, &wire.Seal{Allocation: wire.Allocation{ArtifactID: w.id, Generation: w.gen, OwnerID: w.owner}, Digest: digest},
+	if err := c.enqueueWith(wire.OpArtifactSeal, &wire.Seal{Allocation: w.alloc, Digest: digest},
 		nil, wt, false, nil); err != nil {
 		a.Close()
 		return nil, err
@@ -323,6 +321,6 @@ func (w *ArtifactWriter) Close() error {
 		return nil
 	}
 	w.cleanup.Stop()
-	w.c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{w.owner}})
+	w.c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{w.alloc.OwnerID}})
 	return nil
 }
