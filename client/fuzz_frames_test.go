@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/flybus/flybus/internal/leakcheck"
+	"github.com/flybus/flybus/internal/wiretest"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -104,17 +105,11 @@ type fuzzPeer struct {
 
 func (p *fuzzPeer) readLoop() {
 	defer close(p.done)
-	fr := wire.NewFrameReader(p.nc)
-	var dec wire.Decoder
-	var env wire.Envelope
+	rd := wiretest.NewReader(p.nc)
 	var decl wire.Declare
-	for {
-		frame, err := fr.ReadFrame()
-		if err != nil {
-			return
-		}
-		if err := dec.Decode(frame, &env); err != nil || env.Kind != wire.KindCommand {
-			panic(fmt.Sprintf("the SDK wrote a bad frame: %v %s", err, frame))
+	for env, err := range rd.Envelopes() {
+		if err != nil || env.Kind != wire.KindCommand {
+			panic(fmt.Sprintf("the SDK wrote a bad frame: %v %s", err, rd.Frame))
 		}
 		sc := seenCommand{id: env.ID, op: env.Op}
 		if env.Op == wire.OpTopicDeclare && env.DecodeBody(&decl) == nil && decl.Name == "fuzz.probe" {
@@ -193,17 +188,10 @@ type streamFacts struct {
 
 func scanFrames(b []byte) streamFacts {
 	sf := streamFacts{maxID: 1, answered: map[uint64]bool{}}
-	fr := wire.NewFrameReader(bytes.NewReader(b))
-	var dec wire.Decoder
-	var env wire.Envelope
-	for {
-		frame, err := fr.ReadFrame()
-		if err != nil {
-			sf.whole = errors.Is(err, io.EOF)
-			return sf
-		}
+	rd := wiretest.NewReader(bytes.NewReader(b))
+	for env, err := range rd.Envelopes() {
 		var be *wire.BusError
-		if err := dec.Decode(frame, &env); err != nil && !errors.As(err, &be) {
+		if err != nil && !errors.As(err, &be) {
 			continue
 		}
 		sf.maxID = max(sf.maxID, env.ID)
@@ -211,6 +199,8 @@ func scanFrames(b []byte) streamFacts {
 			sf.answered[uint64(env.ReplyTo.V)] = true
 		}
 	}
+	sf.whole = errors.Is(rd.Err, io.EOF)
+	return sf
 }
 
 // fuzzProgram is the application: its operations run on their own

@@ -18,6 +18,7 @@ import (
 
 	"github.com/flybus/flybus/client"
 	"github.com/flybus/flybus/internal/shmtest"
+	"github.com/flybus/flybus/internal/wiretest"
 	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
 )
@@ -253,15 +254,8 @@ func recordSession(t *testing.T, run func(ctx context.Context, t *testing.T, nc 
 	defer tap.mu.Unlock()
 	rec := recording{stream: bytes.ReplaceAll(tap.stream, []byte(r.StoreID().String()), []byte(wire.StoreID(fuzzTag).String())),
 		writes: tap.writes, outcomes: map[uint64]fuzzOutcome{}}
-	fr := wire.NewFrameReader(bytes.NewReader(tap.read.Bytes()))
-	var dec wire.Decoder
-	var env wire.Envelope
-	for {
-		frame, err := fr.ReadFrame()
-		if err != nil {
-			break
-		}
-		if dec.Decode(frame, &env) != nil || env.Kind != wire.KindReply {
+	for env, err := range wiretest.NewReader(bytes.NewReader(tap.read.Bytes())).Envelopes() {
+		if err != nil || env.Kind != wire.KindReply {
 			continue
 		}
 		out := fuzzOutcome{op: env.Op, code: "ok"}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/internal/wiretest"
 	"github.com/flybus/flybus/router"
 	"github.com/flybus/flybus/wire"
 )
@@ -105,22 +106,16 @@ func TestSilentFloodCannotLockOutPromptClients(t *testing.T) {
 // closingCode reads nc to its end and returns the code of the
 // connection.closing notice it carried, or 0.
 func closingCode(nc net.Conn) wire.ErrorCode {
-	fr := wire.NewFrameReader(nc)
-	var dec wire.Decoder
-	var env wire.Envelope
 	var code wire.ErrorCode
-	for {
-		f, err := fr.ReadFrame()
-		if err != nil {
-			return code
-		}
-		if dec.Decode(f, &env) == nil && env.Op == wire.OpConnectionClosing {
+	for env, err := range wiretest.NewReader(nc).Envelopes() {
+		if err == nil && env.Op == wire.OpConnectionClosing {
 			var cc wire.ConnectionClosing
 			if env.DecodeBody(&cc) == nil {
 				code = cc.Code
 			}
 		}
 	}
+	return code
 }
 
 // A frame whose first byte has arrived must be complete within
