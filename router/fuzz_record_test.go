@@ -43,6 +43,20 @@ func TestRecordFuzzSeeds(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The recorded seeds are all written again below, and a session's cut
+	// seeds are named by where the cuts fell: remove the old ones first so
+	// that none outlives its session. Seeds the fuzzer found stay.
+	for _, pattern := range []string{"session-*", "malformed-*"} {
+		old, err := filepath.Glob(filepath.Join(dir, pattern))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range old {
+			if err := os.Remove(f); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	write := func(name string, stream, plan []byte) {
 		t.Helper()
 		body := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n[]byte(%q)\n", stream, plan)
@@ -93,9 +107,11 @@ func recordSeedsOf(t *testing.T, s seedSession, mode store.Mode, replay func(nam
 	if mode == store.ModePool {
 		name += "-pool"
 	}
-	// A session's own timing can differ from its replay's where the router
-	// raced the client (a delivery pulled between two frames of one
-	// write): record again until the replays agree.
+	// The seeds as recorded replay the router's own reads, so they run as
+	// the session did; the small-pieces seed steps through torn frames,
+	// which numbers deliveries as the recording did only where no read of
+	// the session held two commands that a delivery could come between:
+	// record again until every seed agrees.
 	for attempt := 1; ; attempt++ {
 		rec := recordSession(t, s.run, mode)
 		files, err := sessionSeeds(name, rec, mode == store.ModePool, replay)
@@ -103,8 +119,8 @@ func recordSeedsOf(t *testing.T, s seedSession, mode store.Mode, replay func(nam
 			for _, f := range files {
 				write("session-"+f.name, f.stream, f.plan)
 			}
-			t.Logf("session %s: %d bytes in %d writes, %d commands answered", name, len(rec.stream),
-				len(uvarints(rec.writes)), len(rec.outcomes))
+			t.Logf("session %s: %d bytes in %d reads, %d commands answered", name, len(rec.stream),
+				len(uvarints(rec.reads)), len(rec.outcomes))
 			return
 		}
 		if attempt == 10 {
@@ -130,11 +146,11 @@ func sessionSeeds(name string, rec recording, pool bool, replay func(name string
 		store = 2
 	}
 	files := []seedFile{
-		{name, rec.stream, append([]byte{store | 1}, rec.writes...)},
-		{name + "-router-closes", rec.stream, append([]byte{store}, rec.writes...)},
+		{name, rec.stream, append([]byte{store | 1}, rec.reads...)},
+		{name + "-router-closes", rec.stream, append([]byte{store}, rec.reads...)},
 		{name + "-small-pieces", rec.stream, smallPieces(store, len(rec.stream))},
 	}
-	sizes := uvarints(rec.writes)
+	sizes := uvarints(rec.reads)
 	for i, cut := range []int{len(sizes) / 3, len(sizes) / 2, 2 * len(sizes) / 3} {
 		if cut == 0 {
 			continue
@@ -185,26 +201,25 @@ func smallPieces(store byte, n int) []byte {
 }
 
 // recording is one session's client-to-router bytes, the sizes of the
-// client's writes as plan uvarints, and how each command was answered.
+// router's reads of them as plan uvarints, and how each command was
+// answered.
 type recording struct {
-	stream, writes []byte
-	outcomes       map[uint64]fuzzOutcome
+	stream, reads []byte
+	outcomes      map[uint64]fuzzOutcome
 }
 
-// recordTap is the client's end of the transport: it keeps every write and
-// everything read.
+// recordTap is the client's end of the transport: it keeps everything
+// written and read.
 type recordTap struct {
 	net.Conn
 	mu     sync.Mutex
 	stream []byte
-	writes []byte
 	read   bytes.Buffer
 }
 
 func (t *recordTap) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	t.stream = append(t.stream, p...)
-	t.writes = binary.AppendUvarint(t.writes, uint64(len(p)))
 	t.mu.Unlock()
 	return t.Conn.Write(p)
 }
@@ -215,6 +230,40 @@ func (t *recordTap) Read(p []byte) (int, error) {
 	t.read.Write(p[:n])
 	t.mu.Unlock()
 	return n, err
+}
+
+// readSizes is the router's end of a recorded session's transport: it
+// keeps the size of every read that returned bytes.
+type readSizes struct {
+	net.Conn
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (r *readSizes) Read(p []byte) (int, error) {
+	n, err := r.Conn.Read(p)
+	if n > 0 {
+		r.mu.Lock()
+		r.sizes = append(r.sizes, n)
+		r.mu.Unlock()
+	}
+	return n, err
+}
+
+// plan is the reads as plan uvarints, covering all n bytes of the stream
+// (bytes the router never read, after its last read, are one last piece).
+func (r *readSizes) plan(n int) []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var plan []byte
+	for _, k := range r.sizes {
+		plan = binary.AppendUvarint(plan, uint64(k))
+		n -= k
+	}
+	if n > 0 {
+		plan = binary.AppendUvarint(plan, uint64(n))
+	}
+	return plan
 }
 
 // recordSession runs a session against a new router of its own, so that
@@ -228,8 +277,15 @@ func recordSession(t *testing.T, run func(ctx context.Context, t *testing.T, nc 
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := r.ConnectInMemory()
-	if err != nil {
+	// The plan is cut where the router's reads fell, not where the client
+	// wrote: the router takes what one read returned as one step, and a
+	// delivery a step readied (a queued message after a credit came back)
+	// is numbered before the next read's commands run. Cut at the client's
+	// writes, a replay could run as one step what the recording ran as
+	// two, and number its deliveries differently.
+	a, nc := memPipe(0)
+	reads := &readSizes{Conn: a}
+	if err := r.Serve(reads); err != nil {
 		t.Fatal(err)
 	}
 	tap := &recordTap{Conn: nc}
@@ -253,7 +309,7 @@ func recordSession(t *testing.T, run func(ctx context.Context, t *testing.T, nc 
 	tap.mu.Lock()
 	defer tap.mu.Unlock()
 	rec := recording{stream: bytes.ReplaceAll(tap.stream, []byte(r.StoreID().String()), []byte(wire.StoreID(fuzzTag).String())),
-		writes: tap.writes, outcomes: map[uint64]fuzzOutcome{}}
+		reads: reads.plan(len(tap.stream)), outcomes: map[uint64]fuzzOutcome{}}
 	for env, err := range wiretest.NewReader(bytes.NewReader(tap.read.Bytes())).Envelopes() {
 		if err != nil || env.Kind != wire.KindReply {
 			continue
