@@ -31,6 +31,7 @@ type prepared struct {
 	done      chan struct{}
 	ok        wire.AllocateOK
 	err       error
+	settled   bool // guarded by ahead.mu: answered (done may not be closed yet)
 	abandoned bool // guarded by ahead.mu: released once answered
 }
 
@@ -108,10 +109,7 @@ func (c *Client) prepare(k aheadKey) {
 		c.abandonPrepared(evicted)
 	}
 	w := &waiter{op: wire.OpArtifactAllocate, v: &p.ok, complete: func(err error) {
-		a.mu.Lock()
-		p.err = err
-		abandoned := p.abandoned
-		a.mu.Unlock()
+		abandoned := a.settle(p, err)
 		close(p.done)
 		if abandoned && err == nil {
 			c.releasePrepared(p)
@@ -128,19 +126,29 @@ func (c *Client) prepare(k aheadKey) {
 	c.wakeWriter() // off the caller's critical path
 }
 
+// settle records p's answer; it reports whether p was abandoned before,
+// and then a granted allocation is the settler's to release.
+func (a *ahead) settle(p *prepared, err error) (abandoned bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p.err, p.settled = err, true
+	return p.abandoned
+}
+
 // abandonPrepared gives back a prepared allocation nobody will take: now
-// if it was answered, else when its answer arrives.
+// if it was answered, else when its answer arrives. Answered is decided
+// under the lock the answer is recorded under, never by done, which closes
+// just after: between the two, neither side would release it.
 func (c *Client) abandonPrepared(p *prepared) {
 	c.ahead.mu.Lock()
-	select {
-	case <-p.done:
-	default:
+	if !p.settled {
 		p.abandoned = true
 		c.ahead.mu.Unlock()
 		return
 	}
+	err := p.err
 	c.ahead.mu.Unlock()
-	if p.err == nil {
+	if err == nil {
 		c.releasePrepared(p)
 	}
 }

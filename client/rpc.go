@@ -290,6 +290,7 @@ type PendingCall struct {
 	mu      sync.Mutex
 	res     *Result
 	err     error
+	settled bool // the outcome is in res and err (done may not be closed yet)
 	taken   bool // Result returned res to the user
 	abandon bool // Close before the result: consume it on arrival
 	closed  bool // Close was called
@@ -299,19 +300,27 @@ type PendingCall struct {
 func (p *PendingCall) CallID() wire.CallID          { return p.id }
 func (p *PendingCall) Incarnation() wire.ServiceInc { return p.incarnation }
 
+// finish settles the call with its one outcome; a later one is consumed.
 func (p *PendingCall) finish(res *Result, err error) {
 	delivered := false
 	p.once.Do(func() {
-		p.mu.Lock()
-		p.res, p.err = res, err
-		abandon := p.abandon
-		p.mu.Unlock()
+		delivered = p.settle(res, err)
 		close(p.done)
-		delivered = !abandon
 	})
 	if !delivered && res != nil {
 		res.Close()
 	}
+}
+
+// settle records the outcome under the lock Close decides under, and
+// reports whether the program may still take it: false once Close ran,
+// and then the result is the settler's to consume. Close, for its part,
+// consumes a result settled before it, whether or not done is closed yet.
+func (p *PendingCall) settle(res *Result, err error) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.res, p.err, p.settled = res, err, true
+	return !p.abandon
 }
 
 // Result waits for the outcome. It is safe to call again after ctx expires.
@@ -376,15 +385,12 @@ func (p *PendingCall) Close() error {
 	}
 	p.closed = true
 	p.abandon = true
-	res, taken := p.res, p.taken
+	res, taken, settled := p.res, p.taken, p.settled
 	p.mu.Unlock()
-	select {
-	case <-p.done:
-		if res != nil && !taken {
-			res.Close()
-		}
-	default:
+	if !settled {
 		p.c.fireAndForget(wire.OpRPCCancel, &wire.Cancel{CallID: p.id})
+	} else if res != nil && !taken {
+		res.Close()
 	}
 	return nil
 }
