@@ -704,15 +704,17 @@ class PendingCall:
         self._client = client
         self.id = self.incarnation = None
         self._done = threading.Event()
+        self._finished = threading.Lock()  # the reader and cancel() may both finish
         self._result = self._error = None
 
     def _finish(self, result, error):
-        if self._done.is_set():
-            if result is not None:
-                result.close()
-            return
-        self._result, self._error = result, error
-        self._done.set()
+        with self._finished:
+            first = not self._done.is_set()
+            if first:
+                self._result, self._error = result, error
+                self._done.set()
+        if not first and result is not None:
+            result.close()  # a second outcome: nobody will take it
 
     def result(self, timeout=None):
         """The call's Result (close it), or the BusError that ended the call."""
