@@ -144,11 +144,19 @@ func TestShutdownClosesEveryClient(t *testing.T) {
 				pending = append(pending, p)
 			}
 		}
+		// Each service holds its dispatched request through the shutdown. A
+		// request dropped unclosed would be released by the SDK's cleanup
+		// whenever the collector ran, ending its call CALL_GONE before the
+		// shutdown could end it ROUTER_LOST.
+		var held []*client.Request
 		for _, svc := range services {
-			if _, err := svc.Next(ctx); err != nil {
-				t.Fatal(err)
-			}
+			held = append(held, nextRequest(t, ctx, svc))
 		}
+		defer func() {
+			for _, req := range held {
+				req.Close()
+			}
+		}()
 		r := newPeer(t, h, "shut-raw")
 		waiting := newRaw(t, h.conn("")) // never says hello
 		settle(t, h, "the pending connection", func(s router.Stats) bool { return s.PendingHello == 1 })
