@@ -169,9 +169,6 @@ func (c *Client) artifactFrom(d *delivered, refs attachSet, name string) (*Artif
 	return c.newArtifact(ref, d.g), nil
 }
 
-// delivered is the share of a delivery held by the message, request or
-// result it arrived as: closed once, released by the safety net if the
-// program forgets.
 // delivery is what a Message, a Request and a Result hold besides their
 // fields: one share of a delivery and the artifacts it carries.
 type delivery struct {
@@ -200,6 +197,9 @@ func (x *delivery) Close() error {
 	return nil
 }
 
+// delivered is the share of a delivery held by the message, request or
+// result it arrived as: closed once, released by the safety net if the
+// program forgets.
 type delivered struct {
 	what    string // "message", "request", "result"
 	g       *guard

@@ -482,14 +482,14 @@ func (r *Report) writeIsolation(b *strings.Builder) {
 	fmt.Fprintf(b, "| frames produced (late) | %d (%d) | %d (%d) | |\n\n", iso.Without.Frames, iso.Without.Late, iso.With.Frames, iso.With.Late)
 }
 
-// latencyCell is "p50 / p95 / p99 (n; ratio, paced ratio)" in ms; the
-// ratios are the p50's to the baseline's back-to-back and paced p50s.
 // latencyRow is a figure that is a latency histogram of each schedule,
 // shown with its ratios to base.
 func latencyRow(label, ref string, base Baseline, hist func(*Schedule) *Hist) row {
 	return row{label, ref, func(s *Schedule) string { return latencyCell(hist(s), base) }}
 }
 
+// latencyCell is "p50 / p95 / p99 (n; ratio, paced ratio)" in ms; the
+// ratios are the p50's to the baseline's back-to-back and paced p50s.
 func latencyCell(h *Hist, base Baseline) string {
 	return percentilesCell(h, func(p50 time.Duration) string {
 		var r string
