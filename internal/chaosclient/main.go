@@ -30,6 +30,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/flybus/flybus/client"
 	"github.com/flybus/flybus/wire"
@@ -300,8 +301,30 @@ func (p *proc) consume(mode string, hold int) error {
 	}
 }
 
+// register claims a service name. This slot's previous process was
+// killed just before this one started, and the router frees its name only
+// once it has read the end of that connection, so a CONFLICT is first taken
+// as the predecessor not yet reaped and tried again; one that outlasts
+// reapTimeout is a name the router kept, and is returned.
+func (p *proc) register(name string) (*client.Service, error) {
+	const reapTimeout = 10 * time.Second
+	deadline := time.Now().Add(reapTimeout)
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		svc, err := p.c.Register(p.ctx, name, client.ServiceConfig{MaxQueued: 4, MaxInFlight: 2})
+		if !errors.Is(err, wire.ErrConflict) || time.Now().After(deadline) {
+			return svc, err
+		}
+		p.say("note register: %s, retried", wire.ErrConflict)
+		select {
+		case <-p.ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+	}
+}
+
 func (p *proc) serve(slot int) error {
-	svc, err := p.c.Register(p.ctx, fmt.Sprintf("chaos.svc.%d", slot), client.ServiceConfig{MaxQueued: 4, MaxInFlight: 2})
+	svc, err := p.register(fmt.Sprintf("chaos.svc.%d", slot))
 	if err != nil {
 		return fmt.Errorf("register: %w", err)
 	}
