@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
@@ -12,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -539,5 +542,110 @@ func chaos(t *testing.T, bin, mode string, kills int64, seed uint64) {
 	}
 	if len(r.points) < 10 {
 		t.Errorf("kills landed at only %d kinds of point", len(r.points))
+	}
+}
+
+// TestChaosServiceOutwaitsAHeldName checks the chaos service's answer to
+// a name its slot's killed predecessor still holds in the router: it
+// retries the register, noting each CONFLICT, and serves once the name is
+// free. Here a client of the test holds the name until the first note.
+func TestChaosServiceOutwaitsAHeldName(t *testing.T) {
+	bin := chaosClientBinary(t)
+	root := shmtest.Dir(t, "flybus-chaos-")
+	sock := filepath.Join(shortDir(t), "bus.sock")
+	startFlybus(t, "serve", "--open", "--store", root, "--listen", sock).ready(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	holder, err := client.ConnectUnix(ctx, sock, client.Config{ClientID: "holder", StoreRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	held, err := holder.Register(ctx, "chaos.svc.0", client.ServiceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	r := &chaosRun{notes: map[string]int{}, bin: bin, sock: sock, root: root}
+	ch, err := r.start("service", "-id", "chaos-late", "-slot", "0", "-seed", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ch.cmd.Process.Kill() })
+	// The reader answers every marker and tells the test what it reached:
+	// "retried" at the first CONFLICT note, then "registered"; the lines
+	// once the output ends.
+	reached := make(chan string, 2)
+	lines := make(chan []string, 1)
+	go func() {
+		var all []string
+		retried := false
+		for {
+			l, ok := r.line(ch, "service")
+			if !ok {
+				lines <- all
+				return
+			}
+			all = append(all, l)
+			switch {
+			case strings.HasPrefix(l, "note register: CONFLICT") && !retried:
+				retried = true
+				reached <- "retried"
+			case strings.HasPrefix(l, "registered "):
+				reached <- "registered"
+			case strings.HasPrefix(l, "phase "):
+				io.WriteString(ch.stdin, "go\n")
+			}
+		}
+	}()
+	for _, want := range []string{"retried", "registered"} {
+		select {
+		case got := <-reached:
+			if got != want {
+				t.Fatalf("the service reached %q before %q", got, want)
+			}
+		case all := <-lines:
+			t.Fatalf("the service ended before it %s: lines %q; stderr:\n%s", want, all, ch.stderr.String())
+		}
+		if want == "retried" {
+			if err := held.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	// One call with a checked attachment, answered by the late service.
+	data := bytes.Repeat([]byte("chaos"), 1000)
+	sum := sha256.Sum256(data)
+	digest := hex.EncodeToString(sum[:])
+	w, err := holder.Artifacts().Allocate(ctx, int64(len(data)), "application/x-chaos")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	a, err := w.SealWithDigest(ctx, digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := holder.Call(ctx, "chaos.svc.0", 0, "Chaos.Check", map[string]any{"digest": digest, "size": len(data)}, client.Attach("in", a))
+	a.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := pc.Result(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Close()
+
+	ch.stdin.Close()
+	all := <-lines
+	if err := ch.cmd.Wait(); err != nil {
+		t.Fatalf("service: %v; lines %q; stderr:\n%s", err, all, ch.stderr.String())
+	}
+	if len(r.bad) > 0 || !slices.Contains(all, "summary verified=1 mismatches=0") {
+		t.Errorf("service: %v; lines %q", r.bad, all)
 	}
 }

@@ -324,10 +324,12 @@ func (p *proc) register(name string) (*client.Service, error) {
 }
 
 func (p *proc) serve(slot int) error {
-	svc, err := p.register(fmt.Sprintf("chaos.svc.%d", slot))
+	name := fmt.Sprintf("chaos.svc.%d", slot)
+	svc, err := p.register(name)
 	if err != nil {
 		return fmt.Errorf("register: %w", err)
 	}
+	p.say("registered %s", name)
 	for {
 		req, err := svc.Next(p.ctx)
 		if err != nil {
