@@ -82,15 +82,12 @@ type RangeReply struct {
 var errNotFound = errors.New("not in the stream")
 
 func (b *Bridge) serveHistory(ctx context.Context, c *client.Client, svc *client.Service) {
-	for {
-		req, err := svc.Next(ctx)
-		if err != nil {
-			return
-		}
+	// The connection's end is seen and reported by the session that runs
+	// this, so Serve's own error says nothing more.
+	_ = svc.Serve(ctx, func(ctx context.Context, req *client.Request) {
 		b.history.requests.Add(1)
 		b.answer(ctx, c, req)
-		req.Close()
-	}
+	})
 }
 
 func (b *Bridge) answer(ctx context.Context, c *client.Client, req *client.Request) {

@@ -37,13 +37,11 @@ func connect(ctx context.Context, r *router.Router, id string) *client.Client {
 }
 
 // counter answers Counter.Add until its service or client is closed.
+// Serve closes each request when the handler returns, which consumes it:
+// the service's credit returns.
 func counter(ctx context.Context, svc *client.Service) {
 	total := 0
-	for {
-		req, err := svc.Next(ctx)
-		if err != nil {
-			return
-		}
+	err := svc.Serve(ctx, func(ctx context.Context, req *client.Request) {
 		var in struct{ N int }
 		if err := req.Decode(&in); err == nil {
 			total += in.N
@@ -51,7 +49,9 @@ func counter(ctx context.Context, svc *client.Service) {
 		if _, err := req.Reply(ctx, map[string]int{"total": total}); err != nil {
 			log.Print(err)
 		}
-		req.Close() // consumes the request: the service's credit returns
+	})
+	if err != nil {
+		log.Print(err) // the router went away
 	}
 }
 

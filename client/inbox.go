@@ -2,12 +2,15 @@ package client
 
 import (
 	"context"
+	"errors"
 	"sync"
 )
 
 // inbox is an unbounded hand-off queue from the connection's reader, which
 // must never block on user code, to a handle's Next. The router bounds what
 // can arrive (credits), so unbounded here means bounded by the protocol.
+// Several goroutines may wait in next at once: signal holds one wake-up, so
+// a waiter that leaves something behind (items, or the close) passes it on.
 type inbox[T interface{ Close() error }] struct {
 	mu     sync.Mutex
 	queue  []T
@@ -51,6 +54,9 @@ func (b *inbox[T]) tryNext() (T, bool) {
 	v := b.queue[0]
 	b.queue[0] = zero
 	b.queue = b.queue[1:]
+	if len(b.queue) > 0 {
+		b.notify() // the one signal may have woken only this taker
+	}
 	return v, true
 }
 
@@ -65,6 +71,7 @@ func (b *inbox[T]) next(ctx context.Context) (T, error) {
 		closed, err := b.closed, b.err
 		b.mu.Unlock()
 		if closed {
+			b.notify() // passes the close on to the next waiter
 			var zero T
 			return zero, err
 		}
@@ -91,4 +98,25 @@ func (b *inbox[T]) close(err error) {
 	for _, v := range q {
 		v.Close()
 	}
+}
+
+// handleEach hands what next yields to handle, one at a time, and closes
+// each when handle returns, panicking or not, so no delivery outlives its
+// handler unnoticed. It ends with nil once the program ended delivery (ctx,
+// the handle's Close, the client's) and with the cause otherwise.
+func handleEach[T interface{ Close() error }](ctx context.Context, next func(context.Context) (T, error), handle func(context.Context, T)) error {
+	for ctx.Err() == nil {
+		v, err := next(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, ErrHandleClosed) || errors.Is(err, ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		func() {
+			defer v.Close()
+			handle(ctx, v)
+		}()
+	}
+	return nil
 }

@@ -163,6 +163,15 @@ func (s *Subscription) Next(ctx context.Context) (*Message, error) {
 	return s.in.next(ctx)
 }
 
+// Receive hands each message to handle, in order, and closes it when
+// handle returns (artifacts taken from it stay open until their own Close).
+// It returns nil once ctx is done or the subscription or its client was
+// closed, and an error matching ErrSubscriptionClosed when the router ended
+// the subscription (ClosedReason says why), or ROUTER_LOST.
+func (s *Subscription) Receive(ctx context.Context, handle func(ctx context.Context, m *Message)) error {
+	return handleEach(ctx, s.Next, handle)
+}
+
 // ClosedReason is the router's reason when it closed the subscription.
 func (s *Subscription) ClosedReason() string {
 	s.mu.Lock()

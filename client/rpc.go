@@ -112,6 +112,16 @@ func (s *Service) Next(ctx context.Context) (*Request, error) {
 	return s.in.next(ctx)
 }
 
+// Serve hands each request to handle, in arrival order, and closes it when
+// handle returns: a handler that answers later keeps a Responder. It
+// returns nil once ctx is done or the service or its client was closed,
+// and the cause when delivery ended otherwise (ROUTER_LOST). Serve may run
+// in several goroutines at once, up to the service's MaxInFlight requests
+// being handled together.
+func (s *Service) Serve(ctx context.Context, handle func(ctx context.Context, req *Request)) error {
+	return handleEach(ctx, s.Next, handle)
+}
+
 // closeQueue stops delivery with err and closes requests nobody took.
 func (s *Service) closeQueue(err error) { s.in.close(err) }
 

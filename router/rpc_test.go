@@ -85,20 +85,15 @@ func TestUnboundTransportNeedsOpenPolicy(t *testing.T) {
 	}
 }
 
-// serve answers counter calls until the service closes.
+// serveCounter answers counter calls until the service closes.
 func serveCounter(ctx context.Context, s *client.Service) {
 	total := 0
-	for {
-		req, err := s.Next(ctx)
-		if err != nil {
-			return
-		}
+	s.Serve(ctx, func(ctx context.Context, req *client.Request) {
 		var a counterArgs
 		_ = req.Decode(&a)
 		total += a.Amount
 		_, _ = req.Reply(ctx, counterResult{Total: total})
-		req.Close()
-	}
+	})
 }
 
 func TestRequestReplyRoundTrip(t *testing.T) {

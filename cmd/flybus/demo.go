@@ -130,17 +130,12 @@ func demo(ctx context.Context, root string, out io.Writer) (err error) {
 	go func() {
 		defer close(served)
 		total := 0
-		for {
-			req, err := svc.Next(ctx)
-			if err != nil {
-				return
-			}
+		_ = svc.Serve(ctx, func(ctx context.Context, req *client.Request) {
 			var in struct{ Amount int }
 			_ = req.Decode(&in)
 			total += in.Amount
 			_, _ = req.Reply(ctx, map[string]int{"total": total})
-			req.Close()
-		}
+		})
 	}()
 	say("counter: registered example.counter")
 	for _, amount := range []int{1, 2, 3} {

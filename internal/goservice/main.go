@@ -54,16 +54,11 @@ func run(socket, store, name string) error {
 		bufio.NewScanner(os.Stdin).Scan()
 		cancel()
 	}()
-	for {
-		req, err := svc.Next(ctx)
-		if err != nil {
-			return nil // stopped
-		}
+	return svc.Serve(ctx, func(ctx context.Context, req *client.Request) {
 		if err := answer(ctx, c, req); err != nil {
 			fmt.Fprintln(os.Stderr, "goservice:", err)
 		}
-		req.Close()
-	}
+	})
 }
 
 func answer(ctx context.Context, c *client.Client, req *client.Request) error {

@@ -1,0 +1,232 @@
+package router_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/wire"
+)
+
+// await receives from ch, failing the test (what says what it waited for)
+// once ctx ends first.
+func await[T any](t *testing.T, ctx context.Context, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-ctx.Done():
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+// serveScripted runs svc.Serve in a goroutine with a handler that adds
+// Add's n to *total and answers it, keeps Later's responder for the test,
+// gives Drop no answer and panics on Panic. served gets what Serve
+// returned, or the panic.
+func serveScripted(ctx context.Context, svc *client.Service, total *int, later chan<- *client.Responder) <-chan error {
+	served := make(chan error, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				served <- fmt.Errorf("panic: %v", p)
+			}
+		}()
+		served <- svc.Serve(ctx, func(ctx context.Context, req *client.Request) {
+			switch req.Method {
+			case "Add":
+				var in struct{ N int }
+				if err := req.Decode(&in); err != nil {
+					panic(err)
+				}
+				*total += in.N
+				if _, err := req.Reply(ctx, counterResult{Total: *total}); err != nil {
+					panic(err)
+				}
+			case "Later":
+				later <- req.Responder()
+			case "Panic":
+				panic("handler")
+			}
+		})
+	}()
+	return served
+}
+
+// Serve hands each request to the handler and closes it when the handler
+// returns, panicking or not: a request left unanswered ends its call
+// CALL_GONE, a kept Responder answers after its request was closed, and
+// the service's credits all come back. Serve returns nil after the
+// service's Close.
+func TestServeClosesEachRequestAfterItsHandler(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		_, caller, svc := h.serviceAndCaller("svc", "serve.counter", client.ServiceConfig{MaxQueued: 1, MaxInFlight: 1})
+		later := make(chan *client.Responder, 1)
+		total := 0 // one Serve at a time adds to it
+		served := serveScripted(ctx, svc, &total, later)
+		add := func(n, want int) {
+			t.Helper()
+			res := mustResult(t, ctx, mustCall(t, ctx, caller, "serve.counter", 0, "Add", map[string]int{"n": n}))
+			var got counterResult
+			if err := res.Decode(&got); err != nil || got.Total != want {
+				t.Fatalf("Add(%d): %+v %v, want total %d", n, got, err, want)
+			}
+			res.Close()
+		}
+		// One in flight and one queued: each step needs the previous
+		// request's credit back.
+		for i, want := range []int{1, 3, 6, 10, 15} {
+			add(i+1, want)
+		}
+		wantResultErr(t, ctx, "a request its handler left unanswered",
+			mustCall(t, ctx, caller, "serve.counter", 0, "Drop", nil), wire.ErrCallGone, wire.Dispatched)
+
+		p := mustCall(t, ctx, caller, "serve.counter", 0, "Later", nil)
+		resp := await(t, ctx, later, "the Later handler")
+		add(5, 20) // the request is closed: its credit serves the next call
+		if routed, err := resp.Reply(ctx, counterResult{Total: -1}); err != nil || !routed {
+			t.Fatalf("a responder kept past its request: %v %v", routed, err)
+		}
+		resp.Close()
+		mustResult(t, ctx, p).Close()
+
+		wantResultErr(t, ctx, "a request whose handler panicked",
+			mustCall(t, ctx, caller, "serve.counter", 0, "Panic", nil), wire.ErrCallGone, wire.Dispatched)
+		if err := await(t, ctx, served, "the panicking Serve"); err == nil || err.Error() != "panic: handler" {
+			t.Fatalf("Serve with a panicking handler: %v", err)
+		}
+		served = serveScripted(ctx, svc, &total, later)
+		add(0, 20)
+		svc.Close()
+		if err := await(t, ctx, served, "Serve to return"); err != nil {
+			t.Fatalf("Serve after the service's Close: %v, want nil", err)
+		}
+		waitFor(t, "the router to hold no call", func() bool { return h.r.Stats().Calls == 0 })
+	})
+}
+
+// Serve in several goroutines handles up to MaxInFlight requests at once,
+// and every one of them returns when the service is closed.
+func TestServeInSeveralGoroutines(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		const n = 3
+		_, caller, svc := h.serviceAndCaller("svc", "serve.wide", client.ServiceConfig{MaxInFlight: n})
+		inside, release := make(chan struct{}), make(chan struct{})
+		served := make(chan error, n)
+		for range n {
+			go func() {
+				served <- svc.Serve(ctx, func(ctx context.Context, req *client.Request) {
+					inside <- struct{}{}
+					<-release
+					if _, err := req.Reply(ctx, nil); err != nil {
+						panic(err)
+					}
+				})
+			}()
+		}
+		var calls []*client.PendingCall
+		for range n {
+			calls = append(calls, mustCall(t, ctx, caller, "serve.wide", 0, "Wait", nil))
+		}
+		for i := range n {
+			await(t, ctx, inside, fmt.Sprintf("request %d of %d to reach a handler", i+1, n))
+		}
+		close(release)
+		for _, p := range calls {
+			mustResult(t, ctx, p).Close()
+		}
+		svc.Close()
+		for i := range n {
+			if err := await(t, ctx, served, fmt.Sprintf("Serve %d of %d to return", i+1, n)); err != nil {
+				t.Fatalf("Serve after the service's Close: %v, want nil", err)
+			}
+		}
+	})
+}
+
+// Receive hands each message to the handler and closes it when the handler
+// returns; an artifact the handler took stays readable after. It returns
+// nil once its context is done, and an error matching
+// ErrSubscriptionClosed when the router ends the subscription; Serve
+// returns ROUTER_LOST then.
+func TestReceiveClosesEachMessageAfterItsHandler(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		pub, sub, s := h.pubSub("pub", "sub", "serve.frames", wire.RetainNone, client.Bounded().Queued(1).InFlight(1))
+		data := frameBytes(9, 4096)
+		type got struct {
+			n   int
+			img *client.Artifact
+		}
+		each := make(chan got)
+		receive := func(ctx context.Context) <-chan error {
+			done := make(chan error, 1)
+			go func() {
+				done <- s.Receive(ctx, func(ctx context.Context, m *client.Message) {
+					var in struct{ N int }
+					if err := m.Decode(&in); err != nil {
+						panic(err)
+					}
+					g := got{n: in.N}
+					if len(m.Attachments()) > 0 {
+						var err error
+						if g.img, err = m.Artifact("img"); err != nil {
+							panic(err)
+						}
+					}
+					each <- g
+				})
+			}()
+			return done
+		}
+		rctx, stop := context.WithCancel(ctx)
+		received := receive(rctx)
+		// A credit of one: each publish is delivered only once the message
+		// before it was closed.
+		for i := range 4 {
+			var atts []client.Attachment
+			if i == 2 {
+				a := produce(t, pub, data)
+				atts = append(atts, client.Attach("img", a))
+			}
+			_, err := pub.Publish(ctx, "serve.frames", map[string]int{"n": i}, atts...)
+			for _, att := range atts {
+				att.Artifact.Close()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := await(t, ctx, each, fmt.Sprintf("message %d", i))
+			if g.n != i {
+				t.Fatalf("message %d handled as %d", i, g.n)
+			}
+			if g.img != nil {
+				checkBytes(t, ctx, g.img, data, "an artifact kept past its message")
+				g.img.Close()
+			}
+		}
+		stop()
+		if err := await(t, ctx, received, "Receive to return"); err != nil {
+			t.Fatalf("Receive after its context ended: %v, want nil", err)
+		}
+
+		svc := mustRegister(t, ctx, sub, "serve.ends", client.ServiceConfig{})
+		served := make(chan error, 1)
+		go func() { served <- svc.Serve(ctx, func(context.Context, *client.Request) {}) }()
+		received = receive(ctx)
+		if err := h.r.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := await(t, ctx, received, "Receive to end"); !errors.Is(err, client.ErrSubscriptionClosed) || errors.Is(err, client.ErrHandleClosed) || s.ClosedReason() != "router-shutdown" {
+			t.Fatalf("Receive after the router's shutdown: %v (%q), want the subscription closed by the router", err, s.ClosedReason())
+		}
+		if err := await(t, ctx, served, "Serve to end"); !errors.Is(err, wire.ErrRouterLost) {
+			t.Fatalf("Serve after the router's shutdown: %v, want ROUTER_LOST", err)
+		}
+	})
+}
