@@ -28,9 +28,11 @@ func waiters(b *inbox[item], n int) (<-chan item, <-chan error) {
 	return got, ended
 }
 
-// Every waiter parked in next is woken by the items and the close that
-// concern it: pushes in a row each reach a waiter, and a close reaches
-// them all. (A single buffered signal once woke one of them only.)
+// Every waiter parked in next is woken by what concerns it: pushes in a row
+// each reach a waiter, and a close reaches them all (it reached one of
+// three before the wake-up was passed on). The push race the passing-on
+// also closes, two waiters between their look at the queue and their wait,
+// cannot be staged from outside.
 func TestInboxWakesEveryWaiter(t *testing.T) {
 	t.Run("pushes", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
