@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,6 +30,10 @@ import (
 // that each one's CPU is its own getrusage; the routers, the producer and
 // the consumers stay in the parent.
 const benchChildEnv = "FLYBUS_BRIDGE_BENCH_CHILD"
+
+// benchProfilesEnv, when it names a directory, makes each bridge child
+// write a CPU profile of its whole run there (ORIGIN.cpu.pprof).
+const benchProfilesEnv = "FLYBUS_BRIDGE_BENCH_PROFILES"
 
 func TestMain(m *testing.M) {
 	switch os.Getenv(benchChildEnv) {
@@ -75,6 +80,20 @@ func bridgeChild(path string) int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
+	}
+	if dir := os.Getenv(benchProfilesEnv); dir != "" {
+		f, err := os.Create(filepath.Join(dir, cfg.Origin+".cpu.pprof"))
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { serveCPU(); cancel() }()
@@ -168,18 +187,22 @@ func (l *latencies) pct(p float64) float64 {
 
 // BenchmarkBridge60Hz runs b.N frames of 640x480 RGBA at 60 Hz from a
 // producer on router A through bridge A, NATS and bridge B to three
-// consumers on router B (bridge), and the same frames through NATS alone
-// to three NATS subscribers (nats-only). It reports end-to-end latency
-// (producer start to consumer view), and CPU per frame of each bridge
-// process and the NATS server process.
+// consumers on router B (bridge, with the import in each mode), and the
+// same frames through NATS alone to three NATS subscribers (nats-only). It
+// reports end-to-end latency (producer start to consumer view), and CPU
+// per frame of each bridge process and the NATS server process.
 func BenchmarkBridge60Hz(b *testing.B) {
-	b.Run("bridge", benchBridge)
+	b.Run("bridge", func(b *testing.B) {
+		for _, mode := range []string{"bounded", "latest"} {
+			b.Run("import="+mode, func(b *testing.B) { benchBridge(b, mode) })
+		}
+	})
 	b.Run("nats-only", benchNATSOnly)
 }
 
 const warmup = 30
 
-func benchBridge(b *testing.B) {
+func benchBridge(b *testing.B, importMode string) {
 	ns, url := startChild(b, "nats")
 	defer ns.stop()
 	a, h := newHost(b, "a"), newHost(b, "b")
@@ -200,7 +223,7 @@ func benchBridge(b *testing.B) {
 	}
 	natsCfg := NATSConfig{URLs: []string{url}}
 	cb := &Config{Origin: "bridge-b", NATS: natsCfg, Local: LocalConfig{Socket: h.sock, ClientID: "bridge-b", StoreRoot: h.root},
-		Imports: []ImportConfig{{Subject: "site.cam", Topic: "cam.frames"}}}
+		Imports: []ImportConfig{{Subject: "site.cam", Topic: "cam.frames", Mode: importMode}}}
 	ca := &Config{Origin: "bridge-a", NATS: natsCfg, Local: LocalConfig{Socket: a.sock, ClientID: "bridge-a", StoreRoot: a.root},
 		Exports: []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "latest"}}}
 	bb, _ := startChild(b, "bridge", benchChildEnv+"_CONFIG="+cfgFile("b", cb))

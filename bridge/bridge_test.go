@@ -104,22 +104,33 @@ func TestExportImportLatestAndBounded(t *testing.T) {
 
 // A frame far larger than the server's max_payload goes in chunks that
 // each fit it (nats.go refuses a message over max_payload), with
-// artifacts of every awkward size, an empty one included.
+// artifacts of every awkward size, an empty one included; a latest import
+// assembles them in memory and arrives at the same bytes.
 func TestFrameLargerThanMaxPayload(t *testing.T) {
 	const max = 64 << 10
-	p := newPair(t, max, []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "bounded"}},
-		[]ImportConfig{{Subject: "site.cam", Topic: "cam.frames"}}, Options{})
-	sub := subscribe(t, p.cons, "cam.frames", client.Bounded())
-	sizes := map[string]int{"frame": frameSize, "empty": 0, "one": 1, "edge": max, "tail": 3*max + 7}
-	publishFrame(t, p.prod, "cam.frames", 1, sizes)
-	publishFrame(t, p.prod, "cam.frames", 2, map[string]int{}) // the payload alone: inline
-	for want := uint64(1); want <= 2; want++ {
-		expectFrame(t, sub, want)
-	}
-	waitFor(t, "the counters", func() bool { return p.ba.b.Stats().Exports["cam.frames"].Sent == 2 })
-	e := p.ba.b.Stats().Exports["cam.frames"]
-	total := uint64(frameSize + 1 + max + 3*max + 7)
-	if e.Chunked != 1 || e.Failed != 0 || e.Messages < 1+total/max || e.Bytes < total {
-		t.Fatalf("export: %+v", e)
-	}
+	importModes(t, func(t *testing.T, mode string) {
+		p := newPair(t, max, []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "bounded"}},
+			[]ImportConfig{{Subject: "site.cam", Topic: "cam.frames", Mode: mode}}, Options{})
+		sub := subscribe(t, p.cons, "cam.frames", client.Bounded())
+		sizes := map[string]int{"frame": frameSize, "empty": 0, "one": 1, "edge": max, "tail": 3*max + 7}
+		// One at a time: a latest import may skip a frame a newer one
+		// overtook.
+		publishFrame(t, p.prod, "cam.frames", 1, sizes)
+		expectFrame(t, sub, 1)
+		publishFrame(t, p.prod, "cam.frames", 2, map[string]int{}) // the payload alone: inline
+		expectFrame(t, sub, 2)
+		// Counted once the publish returned, which may be after the
+		// consumer had the message.
+		waitFor(t, "the counters", func() bool {
+			return p.ba.b.Stats().Exports["cam.frames"].Sent == 2 && p.bb.b.Stats().Imports["cam.frames"].Admitted == 2
+		})
+		e := p.ba.b.Stats().Exports["cam.frames"]
+		total := uint64(frameSize + 1 + max + 3*max + 7)
+		if e.Chunked != 1 || e.Failed != 0 || e.Messages < 1+total/max || e.Bytes < total {
+			t.Fatalf("export: %+v", e)
+		}
+		if im := p.bb.b.Stats().Imports["cam.frames"]; im.Received != 2 || im.Coalesced != 0 {
+			t.Fatalf("import: %+v", im)
+		}
+	})
 }

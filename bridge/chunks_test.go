@@ -90,6 +90,11 @@ func TestImportDropsMissingAndCorruptChunks(t *testing.T) {
 	send(f[:len(f)-1])
 	send(rawFrame(t, "peer", "site.cam", 6, frameSize, chunk))
 	expect(6)
+	// Admitted is counted once the publish returned, which may be after
+	// the consumer had the message; the drops before it were counted
+	// before it.
+	admitted := func(n uint64) func() bool { return func() bool { return stats().Admitted == n } }
+	waitFor(t, "frame 6 to be counted", admitted(2))
 	if s := stats(); s.DroppedMissing != 3 || s.DroppedCorrupt != 1 || s.Admitted != 2 {
 		t.Fatalf("import: %+v", s)
 	}
@@ -98,6 +103,7 @@ func TestImportDropsMissingAndCorruptChunks(t *testing.T) {
 	waitFor(t, "the frame timeout", func() bool { return stats().DroppedMissing == 4 })
 	send(rawFrame(t, "peer", "site.cam", 8, frameSize, chunk))
 	expect(8)
+	waitFor(t, "frame 8 to be counted", admitted(3))
 	if m, ok := sub.TryNext(); ok {
 		t.Fatalf("an extra message: #%d", m.TopicSequence)
 	}

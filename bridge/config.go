@@ -90,6 +90,12 @@ type ImportConfig struct {
 	// Retained is the retention the bridge declares the topic with:
 	// "none" (default) or "latest".
 	Retained string `json:"retained,omitempty"`
+	// Mode is "bounded" (default: every complete frame, in order; while the
+	// local side is slow NATS holds up to PendingBytes, then drops) or
+	// "latest" (frames are assembled in memory as they come and the newest
+	// complete one is written locally; a slow local side skips frames,
+	// counted as Coalesced, and never builds a backlog).
+	Mode string `json:"mode,omitempty"`
 	// PendingBytes bounds what NATS may hold for this import while it is
 	// busy; past it NATS drops messages (counted) [64 MiB].
 	PendingBytes int `json:"pendingBytes,omitempty"`
@@ -272,6 +278,13 @@ func (c *Config) Validate() error {
 		}
 		if _, err := parseRetention(im.Retained); err != nil {
 			return configErr("%s.retained: %v", where, err)
+		}
+		switch im.Mode {
+		case "":
+			im.Mode = "bounded"
+		case "latest", "bounded":
+		default:
+			return configErr("%s.mode %q: want \"latest\" or \"bounded\"", where, im.Mode)
 		}
 		if im.PendingBytes == 0 {
 			im.PendingBytes = 64 << 20

@@ -2,6 +2,8 @@ package bridge
 
 import (
 	"errors"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +26,8 @@ func TestConfigParsesAndFillsDefaults(t *testing.T) {
 	}
 	if *c.NATS.MaxReconnects != 10 || time.Duration(c.NATS.ReconnectWait) != time.Second ||
 		time.Duration(c.Local.ReconnectWait) != 500*time.Millisecond || time.Duration(c.Exports[0].Stream.MaxAge) != 10*time.Minute ||
-		c.Imports[0].PendingBytes != 64<<20 || time.Duration(c.Imports[0].FrameTimeout) != 5*time.Second {
+		c.Imports[0].PendingBytes != 64<<20 || time.Duration(c.Imports[0].FrameTimeout) != 5*time.Second ||
+		c.Imports[0].Mode != "bounded" {
 		t.Fatalf("%+v", c)
 	}
 }
@@ -43,6 +46,7 @@ func TestConfigIsStrict(t *testing.T) {
 		{`"clientId": "bridge"`, `"clientId": "Bridge!"`},
 		{`"storeRoot": "/dev/shm/flybus"`, `"storeRoot": ""`},
 		{`"retained": "latest"`, `"retained": "all"`},
+		{`"retained": "latest"`, `"retained": "latest", "mode": "newest"`},
 		{`"maxBytes": 1000000`, `"maxBytes": -1`},
 		{`["nats://127.0.0.1:4222", "nats://10.0.0.6:4222"]`, `[]`},
 		{`"service": "bridge.history"`, `"service": "Bad Name"`},
@@ -61,5 +65,28 @@ func TestConfigIsStrict(t *testing.T) {
 	_, err := ParseConfig([]byte(strings.Replace(goodConfig, `"mode": "latest"`, `"mode": "latest", "mdoe": "x"`, 1)))
 	if !strings.Contains(err.Error(), `unknown field "mdoe"`) {
 		t.Fatalf("message: %v", err)
+	}
+}
+
+// The configurations the READMEs show are valid ones.
+func TestREADMEConfigsParse(t *testing.T) {
+	n := 0
+	for _, path := range []string{"README.md", "../README.md"} {
+		md, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile("(?ms)^```json\n(.*?)^```").FindAllSubmatch(md, -1) {
+			if !strings.Contains(string(m[1]), `"local"`) {
+				continue // not a bridge configuration
+			}
+			n++
+			if _, err := ParseConfig(m[1]); err != nil {
+				t.Errorf("%s: %v in\n%s", path, err, m[1])
+			}
+		}
+	}
+	if n < 4 {
+		t.Fatalf("%d bridge configurations in the READMEs, want the four two-host ones", n)
 	}
 }

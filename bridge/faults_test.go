@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -65,11 +66,20 @@ func receiveUntil(t *testing.T, sub *client.Subscription, n uint64) uint64 {
 	}
 }
 
+// importModes runs a test once per import mode.
+func importModes(t *testing.T, fn func(t *testing.T, mode string)) {
+	for _, mode := range []string{"bounded", "latest"} {
+		t.Run("import="+mode, func(t *testing.T) { fn(t, mode) })
+	}
+}
+
 // A NATS server restarted mid-stream: both bridges reconnect, the stream
 // resumes with the next frame, and no frame is ever published in part.
-func TestNATSRestartMidStream(t *testing.T) {
+func TestNATSRestartMidStream(t *testing.T) { importModes(t, natsRestartMidStream) }
+
+func natsRestartMidStream(t *testing.T, mode string) {
 	p := newPair(t, 64<<10, []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "latest"}},
-		[]ImportConfig{{Subject: "site.cam", Topic: "cam.frames"}}, Options{})
+		[]ImportConfig{{Subject: "site.cam", Topic: "cam.frames", Mode: mode}}, Options{})
 	sub := subscribe(t, p.cons, "cam.frames", client.Latest())
 	prod := startProducer(t, p.prod, "cam.frames", 1)
 	receiveUntil(t, sub, 3)
@@ -89,9 +99,11 @@ func TestNATSRestartMidStream(t *testing.T) {
 
 // The local router restarts on either side: the bridge reconnects with a
 // new incarnation and frames flow again.
-func TestLocalRouterRestart(t *testing.T) {
+func TestLocalRouterRestart(t *testing.T) { importModes(t, localRouterRestart) }
+
+func localRouterRestart(t *testing.T, mode string) {
 	p := newPair(t, 64<<10, []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "bounded"}},
-		[]ImportConfig{{Subject: "site.cam", Topic: "cam.frames"}}, Options{})
+		[]ImportConfig{{Subject: "site.cam", Topic: "cam.frames", Mode: mode}}, Options{})
 	sub := subscribe(t, p.cons, "cam.frames", client.Bounded())
 	publishFrame(t, p.prod, "cam.frames", 1, frameSizes)
 	receiveUntil(t, sub, 0)
@@ -138,32 +150,47 @@ func TestLocalReconnectTakesANewIncarnation(t *testing.T) {
 	}
 }
 
+// heldImport bridges cam.frames from a bounded export through an import
+// configured as im (its subject and topic filled in) whose first frame is
+// held before it is written locally until release; frames 2 to 1+more are
+// published meanwhile.
+func heldImport(t *testing.T, im ImportConfig, more uint64) (p *pair, sub *client.Subscription, release func()) {
+	t.Helper()
+	gate, held := make(chan struct{}), make(chan struct{})
+	var holdOnce, releaseOnce sync.Once
+	im.Subject, im.Topic = "site.cam", "cam.frames"
+	p = newPair(t, 64<<10, []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "bounded"}},
+		[]ImportConfig{im}, Options{BeforeImportPublish: func(string) {
+			holdOnce.Do(func() { close(held); <-gate })
+		}})
+	release = func() { releaseOnce.Do(func() { close(gate) }) }
+	t.Cleanup(release) // a test that fails first still lets the bridge stop
+	sub = subscribe(t, p.cons, "cam.frames", client.Bounded())
+	publishFrame(t, p.prod, "cam.frames", 1, frameSizes)
+	select {
+	case <-held:
+	case <-ctxT(t).Done():
+		t.Fatal("the import never came to write its first frame")
+	}
+	for i := uint64(2); i <= 1+more; i++ {
+		publishFrame(t, p.prod, "cam.frames", i, frameSizes)
+	}
+	return p, sub, release
+}
+
 // A slow importer does not slow the exporter: NATS drops what the import
 // cannot hold (counted), the frames it lost parts of are dropped whole,
 // and it carries on with complete frames.
 func TestSlowImporter(t *testing.T) {
-	gate := make(chan struct{})
-	var once sync.Once
-	blocked := make(chan struct{})
-	p := newPair(t, 64<<10, []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "bounded"}},
-		[]ImportConfig{{Subject: "site.cam", Topic: "cam.frames", PendingBytes: 3 << 20}},
-		Options{BeforeImportPublish: func(string) {
-			once.Do(func() { close(blocked); <-gate })
-		}})
-	sub := subscribe(t, p.cons, "cam.frames", client.Bounded())
-	publishFrame(t, p.prod, "cam.frames", 1, frameSizes)
-	<-blocked
 	const more = 8
-	for i := uint64(2); i <= 1+more; i++ {
-		publishFrame(t, p.prod, "cam.frames", i, frameSizes)
-	}
+	p, sub, release := heldImport(t, ImportConfig{PendingBytes: 3 << 20}, more)
 	waitFor(t, "the exporter to send everything while the importer is stuck", func() bool {
 		return p.ba.b.Stats().Exports["cam.frames"].Sent == 1+more
 	})
 	waitFor(t, "every message to reach the importing bridge's connection", func() bool {
 		return p.bb.b.nc.Stats().InMsgs >= p.ba.b.Stats().Exports["cam.frames"].Messages
 	})
-	close(gate)
+	release()
 	publishFrame(t, p.prod, "cam.frames", 100, frameSizes)
 	got := receiveUntil(t, sub, 99)
 	if got != 100 {
@@ -176,15 +203,52 @@ func TestSlowImporter(t *testing.T) {
 	}
 }
 
+// A latest import does not wait on a slow local side: while its writer is
+// held at the first frame, the handler goes on assembling the next eight
+// as they come (a bounded import's handler is held with the writes, and
+// NATS queues for it), each replaces the one before it, and once the
+// writer is free it writes the newest: the consumer sees 1, 9 and 100.
+func TestLatestImportSkipsWhatASlowLocalSideMissed(t *testing.T) {
+	const more = 8
+	p, sub, release := heldImport(t, ImportConfig{Mode: "latest"}, more)
+	imports := func() ImportStats { return p.bb.b.Stats().Imports["cam.frames"] }
+	// Frame 9 completing replaces frame 8, the seventh to be replaced.
+	waitFor(t, "the import to assemble every frame while its writer is held", func() bool {
+		return imports().Coalesced == more-1
+	})
+	release()
+	// Frame 100 goes once the writer has taken frame 9, so it cannot
+	// replace it.
+	waitFor(t, "the writer to publish frames 1 and 9", func() bool { return imports().Admitted == 2 })
+	publishFrame(t, p.prod, "cam.frames", 100, frameSizes)
+	var got []uint64
+	for len(got) == 0 || got[len(got)-1] != 100 {
+		got = append(got, nextFrame(t, sub))
+	}
+	if !slices.Equal(got, []uint64{1, 1 + more, 100}) {
+		t.Fatalf("the consumer saw frames %v, want 1, %d and 100", got, 1+more)
+	}
+	waitFor(t, "the last publish to be counted", func() bool { return imports().Admitted == 3 })
+	im := imports()
+	t.Logf("import %+v", im)
+	if im.Received != 3 || im.Coalesced != more-1 || im.NATSDropped != 0 || im.DroppedMissing != 0 ||
+		im.DroppedCorrupt != 0 || im.DroppedLocal != 0 {
+		t.Fatalf("import: %+v", im)
+	}
+}
+
 // A stopped bridge leaves nothing behind: no artifact, root or owner in
 // either router, no file in either store once the routers stop, and no
-// goroutine or descriptor over the test's baseline.
-func TestStoppedBridgeLeavesNothing(t *testing.T) {
+// goroutine (a latest import's writer included) or descriptor over the
+// test's baseline.
+func TestStoppedBridgeLeavesNothing(t *testing.T) { importModes(t, stoppedBridgeLeavesNothing) }
+
+func stoppedBridgeLeavesNothing(t *testing.T, mode string) {
 	base := baseline()
 	func() {
 		p := newPair(t, 64<<10, []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "bounded",
 			Stream: &StreamConfig{Name: "CAM", Storage: "memory"}}},
-			[]ImportConfig{{Subject: "site.cam", Topic: "cam.frames"}}, Options{})
+			[]ImportConfig{{Subject: "site.cam", Topic: "cam.frames", Mode: mode}}, Options{})
 		sub := subscribe(t, p.cons, "cam.frames", client.Bounded())
 		for i := uint64(1); i <= 3; i++ {
 			publishFrame(t, p.prod, "cam.frames", i, frameSizes)

@@ -122,7 +122,10 @@ type sink interface {
 
 // assembly rebuilds one frame from its chunks, checking order, sizes and
 // digests. The payload is kept in memory; each artifact's bytes go to its
-// sink (a staging file in the local store) as they arrive.
+// sink (a staging file in the local store, or memory for a latest import)
+// as they arrive. An import leaves the artifacts' digests to the router,
+// which checks each when the import seals it with the manifest's: hashing
+// them here too would double the importing host's hashing.
 type assembly struct {
 	meta    frameMeta
 	man     manifest
@@ -131,7 +134,7 @@ type assembly struct {
 	off     int64 // body bytes received
 	payload []byte
 	sinks   []sink
-	hashes  []hash.Hash // payload first, then each artifact
+	hashes  []hash.Hash // the payload's, then each artifact's when checked here
 }
 
 var (
@@ -139,8 +142,9 @@ var (
 	errCorrupt      = errors.New("size or digest mismatch")
 )
 
-// startAssembly takes a frame's first chunk.
-func startAssembly(h nats.Header, maxArtifact int64) (*assembly, error) {
+// startAssembly takes a frame's first chunk; hashArtifacts checks the
+// artifacts' digests here too, not only the payload's.
+func startAssembly(h nats.Header, maxArtifact int64, hashArtifacts bool) (*assembly, error) {
 	meta, err := parseMeta(h)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errCorrupt, err)
@@ -167,7 +171,11 @@ func startAssembly(h nats.Header, maxArtifact int64) (*assembly, error) {
 		names[p.Name] = true
 	}
 	a.payload = make([]byte, a.man.Payload.Size)
-	a.hashes = make([]hash.Hash, 1+len(a.man.Artifacts))
+	hashed := 1
+	if hashArtifacts {
+		hashed += len(a.man.Artifacts)
+	}
+	a.hashes = make([]hash.Hash, hashed)
 	for i := range a.hashes {
 		a.hashes[i] = sha256.New()
 	}
@@ -199,7 +207,9 @@ func (a *assembly) write(data []byte) (done bool, err error) {
 		idx, start, size := a.locate(a.off)
 		k := min(int64(len(data)), size-(a.off-start))
 		piece := data[:k]
-		a.hashes[idx].Write(piece)
+		if idx < len(a.hashes) {
+			a.hashes[idx].Write(piece)
+		}
 		if idx == 0 {
 			copy(a.payload[a.off-start:], piece)
 		} else if _, err := a.sinks[idx-1].WriteAt(piece, a.off-start); err != nil {
@@ -241,9 +251,9 @@ func (a *assembly) check() error {
 	if hexSum(a.hashes[0]) != a.man.Payload.SHA256 {
 		return fmt.Errorf("%w: payload digest", errCorrupt)
 	}
-	for i, p := range a.man.Artifacts {
-		if hexSum(a.hashes[i+1]) != p.SHA256 {
-			return fmt.Errorf("%w: artifact %q digest", errCorrupt, p.Name)
+	for i, h := range a.hashes[1:] {
+		if hexSum(h) != a.man.Artifacts[i].SHA256 {
+			return fmt.Errorf("%w: artifact %q digest", errCorrupt, a.man.Artifacts[i].Name)
 		}
 	}
 	return nil

@@ -218,7 +218,9 @@ func (b *Bridge) loadFrame(ctx context.Context, c *client.Client, topic string, 
 			return fail(errNotFound)
 		}
 		if k == 0 {
-			if a, err = startAssembly(m.Header, int64(c.Info().Limits.MaxArtifactBytes)); err != nil {
+			// Checked here, so a frame the stream holds damaged is
+			// answered as an error rather than failing the reply's seal.
+			if a, err = startAssembly(m.Header, int64(c.Info().Limits.MaxArtifactBytes), true); err != nil {
 				return fail(err)
 			}
 			for _, p := range a.man.Artifacts {

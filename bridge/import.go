@@ -14,7 +14,10 @@ import (
 )
 
 // importer receives one subject's frames and publishes them locally. Its
-// NATS handler runs on one goroutine, so frames are handled in order.
+// NATS handler runs on one goroutine, so frames are handled in order. A
+// bounded import writes each frame into the local store as its chunks
+// come and publishes it from the handler; a latest one assembles in
+// memory and leaves complete frames to its writer (latest.go).
 type importer struct {
 	b   *Bridge
 	cfg *ImportConfig
@@ -26,6 +29,8 @@ type importer struct {
 	cur     *assembly
 	writers []*client.ArtifactWriter // the current frame's, in manifest order
 	sess    *session                 // the session the writers belong to
+	bufs    [][]byte                 // latest mode: the current frame's artifacts
+	slot    *frameSlot               // latest mode: to the writer
 	timer   *time.Timer
 	dropped uint64 // sub.Dropped() already counted
 	// lastDropped is the frame dropLocked abandoned, skipping the frame
@@ -49,6 +54,11 @@ func (b *Bridge) startImport(ctx context.Context, cfg *ImportConfig) (*importer,
 		return nil, err
 	}
 	im.sub = sub
+	if cfg.Mode == "latest" {
+		wctx, stop := context.WithCancel(ctx)
+		im.slot = newFrameSlot(stop)
+		go im.writeLatest(wctx)
+	}
 	return im, nil
 }
 
@@ -61,6 +71,9 @@ func (im *importer) stop() {
 	im.mu.Lock()
 	im.abandonLocked()
 	im.mu.Unlock()
+	if im.slot != nil {
+		im.stopLatest()
+	}
 }
 
 // onMsg takes one message of the subject: a frame's next chunk, or the
@@ -103,7 +116,7 @@ func (im *importer) onMsg(m *nats.Msg) {
 		}
 		return
 	}
-	a, err := startAssembly(h, im.maxArtifact())
+	a, err := startAssembly(h, im.maxArtifact(), false)
 	if err != nil {
 		im.count(err)
 		return
@@ -123,8 +136,19 @@ func (im *importer) maxArtifact() int64 {
 	return 0
 }
 
-// beginLocked allocates the frame's artifacts in the local store.
+// beginLocked allocates the frame's artifacts in the local store, or in
+// memory for a latest import.
 func (im *importer) beginLocked(a *assembly) error {
+	if im.slot != nil {
+		im.cur = a
+		for _, p := range a.man.Artifacts {
+			buf := im.slot.buffer(p.Size)
+			im.bufs = append(im.bufs, buf)
+			a.sinks = append(a.sinks, memSink(buf))
+		}
+		im.armLocked()
+		return nil
+	}
 	s := im.b.current()
 	if s == nil {
 		return errors.New("no local router")
@@ -172,19 +196,37 @@ func (im *importer) chunkLocked(data []byte) {
 	im.publishLocked()
 }
 
-// publishLocked seals every artifact with its digest (the router checks
-// the bytes once more) and publishes the frame; any failure publishes
-// nothing.
+// publishLocked takes the complete frame: a latest import leaves it to
+// its writer, replacing one not taken yet; a bounded one publishes it.
 func (im *importer) publishLocked() {
-	a, s, ws := im.cur, im.sess, im.writers
-	im.cur, im.sess, im.writers = nil, nil, nil
+	a, s, ws, bufs := im.cur, im.sess, im.writers, im.bufs
+	im.cur, im.sess, im.writers, im.bufs = nil, nil, nil, nil
 	if im.timer != nil {
 		im.timer.Stop()
 	}
-	im.cnt.received.Add(1)
+	if im.slot != nil {
+		if old := im.slot.offer(&heldFrame{a: a, bufs: bufs}); old != nil {
+			im.cnt.coalesced.Add(1)
+			im.slot.recycle(old.bufs)
+		}
+		return
+	}
+	im.beforePublish()
+	im.publish(im.ctx, s, a, ws)
+}
+
+// beforePublish runs the test hook, if any.
+func (im *importer) beforePublish() {
 	if hook := im.b.opts.BeforeImportPublish; hook != nil {
 		hook(im.cfg.Topic)
 	}
+}
+
+// publish seals every artifact with its digest, which is where the
+// artifacts' bytes are checked (the router hashes each as it seals it; the
+// assembly checked sizes and the payload), and publishes the frame through
+// s; any failure publishes nothing.
+func (im *importer) publish(ctx context.Context, s *session, a *assembly, ws []*client.ArtifactWriter) {
 	if im.b.current() != s {
 		closeWriters(ws)
 		im.cnt.droppedLocal.Add(1)
@@ -212,7 +254,7 @@ func (im *importer) publishLocked() {
 		if own != nil {
 			own.mu.Lock()
 		}
-		rc, err = s.c.Publish(im.ctx, im.cfg.Topic, wire.RawJSON(a.payload), atts...)
+		rc, err = s.c.Publish(ctx, im.cfg.Topic, wire.RawJSON(a.payload), atts...)
 		if own != nil {
 			if err == nil {
 				own.add(rc.TopicSequence)
@@ -227,16 +269,35 @@ func (im *importer) publishLocked() {
 		}
 		select {
 		case <-time.After(10 * time.Millisecond):
-		case <-im.ctx.Done():
+		case <-ctx.Done():
 		}
 	}
 	if err != nil {
+		// A refused publication says nothing of the seals: ask them.
+		switch sealErr := sealed(ctx, atts); {
+		case errors.Is(sealErr, wire.ErrArtifactMismatch):
+			im.count(fmt.Errorf("%w: %v", errCorrupt, sealErr))
+			return
+		case sealErr == nil:
+			im.cnt.received.Add(1)
+		}
 		im.cnt.droppedLocal.Add(1)
 		im.b.log.Warn("import: publish", "topic", im.cfg.Topic, "err", err)
 		return
 	}
+	im.cnt.received.Add(1)
 	im.cnt.admitted.Add(1)
 	im.cnt.deliveries.Add(rc.Subscribers)
+}
+
+// sealed is the first failed seal of atts, if any.
+func sealed(ctx context.Context, atts []client.Attachment) error {
+	for _, at := range atts {
+		if err := at.Artifact.Sealed(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // dropLocked abandons the frame in progress, counting why.
@@ -260,7 +321,10 @@ func (im *importer) count(err error) {
 
 func (im *importer) abandonLocked() {
 	closeWriters(im.writers)
-	im.cur, im.sess, im.writers = nil, nil, nil
+	if im.slot != nil {
+		im.slot.recycle(im.bufs)
+	}
+	im.cur, im.sess, im.writers, im.bufs = nil, nil, nil, nil
 	if im.timer != nil {
 		im.timer.Stop()
 		im.timer = nil

@@ -34,7 +34,7 @@ type ExportStats struct {
 
 // ImportStats count one import.
 type ImportStats struct {
-	Received       uint64 // complete frames whose sizes and digests checked
+	Received       uint64 // complete frames whose sizes and digests checked (the artifacts' by the router's seal)
 	Admitted       uint64 // frames the local router admitted
 	Deliveries     uint64 // subscriptions the admitted frames were queued for
 	DroppedMissing uint64 // frames with a missing chunk
@@ -42,6 +42,7 @@ type ImportStats struct {
 	DroppedOrigin  uint64 // frames this bridge exported itself
 	DroppedLocal   uint64 // frames that could not be written or published locally
 	NATSDropped    uint64 // messages NATS dropped because the import was slow
+	Coalesced      uint64 // latest mode: complete frames a newer one replaced before they were written (and checked)
 }
 
 // HistoryStats count the history service.
@@ -62,11 +63,12 @@ func (c *exportCounters) snapshot() ExportStats {
 }
 
 type importCounters struct {
-	received, admitted, deliveries, droppedMissing, droppedCorrupt, droppedOrigin, droppedLocal, natsDropped atomic.Uint64
+	received, admitted, deliveries, droppedMissing, droppedCorrupt, droppedOrigin, droppedLocal, natsDropped, coalesced atomic.Uint64
 }
 
 func (c *importCounters) snapshot() ImportStats {
 	return ImportStats{Received: c.received.Load(), Admitted: c.admitted.Load(), Deliveries: c.deliveries.Load(),
 		DroppedMissing: c.droppedMissing.Load(), DroppedCorrupt: c.droppedCorrupt.Load(),
-		DroppedOrigin: c.droppedOrigin.Load(), DroppedLocal: c.droppedLocal.Load(), NATSDropped: c.natsDropped.Load()}
+		DroppedOrigin: c.droppedOrigin.Load(), DroppedLocal: c.droppedLocal.Load(), NATSDropped: c.natsDropped.Load(),
+		Coalesced: c.coalesced.Load()}
 }

@@ -35,9 +35,11 @@ and of NATS (nats.urls). Each export subscribes to a local topic and
 publishes every message, payload and artifacts, to SUBJECT.<topic sequence>
 (inline when it fits the server's max_payload, in ordered chunks otherwise);
 each import publishes complete, digest-checked frames of SUBJECT.* to a local
-topic. An export with a "stream" is also stored in JetStream, and with
-"history" the bridge answers History.Get {topic, sequence} and
-History.Range {topic, from, count} on a local service.
+topic, every one in order ("mode": "bounded", the default) or the newest
+("mode": "latest": a slow local router makes it skip frames, not lag). An
+export with a "stream" is also stored in JetStream, and with "history" the
+bridge answers History.Get {topic, sequence} and History.Range {topic,
+from, count} on a local service.
 
 A config (unknown keys are refused; durations are strings with a unit):
 
@@ -50,7 +52,7 @@ A config (unknown keys are refused; durations are strings with a unit):
               "storeRoot": "/dev/shm/flybus", "reconnectWait": "500ms"},
     "exports": [{"topic": "cam.frames", "subject": "site.cam.frames", "mode": "latest",
                  "stream": {"name": "CAM_FRAMES", "maxAge": "10m", "maxBytes": 2147483648}}],
-    "imports": [{"subject": "site.agent.actions", "topic": "agent.actions", "retained": "latest"}],
+    "imports": [{"subject": "site.agent.actions", "topic": "agent.actions", "retained": "latest", "mode": "bounded"}],
     "history": {"service": "bridge.history"}
   }
 
@@ -162,7 +164,7 @@ func describe(w io.Writer, c *bridge.Config) {
 		fmt.Fprintf(w, "export %s -> %s.<seq> (%s)%s\n", e.Topic, e.Subject, e.Mode, s)
 	}
 	for _, im := range c.Imports {
-		fmt.Fprintf(w, "import %s.* -> %s (retained %s)\n", im.Subject, im.Topic, im.Retained)
+		fmt.Fprintf(w, "import %s.* -> %s (%s, retained %s)\n", im.Subject, im.Topic, im.Mode, im.Retained)
 	}
 	if c.History != nil {
 		fmt.Fprintf(w, "history service %s\n", c.History.Service)
