@@ -629,12 +629,8 @@ func TestChaosServiceOutwaitsAHeldName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc, err := holder.Call(ctx, "chaos.svc.0", 0, "Chaos.Check", map[string]any{"digest": digest, "size": len(data)}, client.Attach("in", a))
+	res, err := holder.CallAndWait(ctx, "chaos.svc.0", 0, "Chaos.Check", map[string]any{"digest": digest, "size": len(data)}, client.Attach("in", a))
 	a.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := pc.Result(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
