@@ -114,3 +114,44 @@ func TestImportDropsMissingAndCorruptChunks(t *testing.T) {
 	bb.stop()        // its prepared allocation (AllocateAhead) goes with it
 	b.assertEmpty(t) // and no staging file of a dropped frame is left
 }
+
+// A latest import takes a frame's memory when its first chunk arrives, so
+// it refuses at once a frame whose artifacts the local store could not
+// hold (32 of 100 MiB against the router's 512 MiB), counted as
+// DroppedLocal, rather than holding gigabytes for it; the next frame
+// arrives.
+func TestLatestImportRefusesAFrameItsStoreCannotHold(t *testing.T) {
+	n := startNATS(t, 64<<10)
+	b := newHost(t, "b")
+	cb := bridgeConfig(b, n, "bridge-b")
+	cb.Imports = []ImportConfig{{Subject: "site.cam", Topic: "cam.frames", Mode: "latest"}}
+	bb := startBridge(t, cb, Options{})
+	sub := subscribe(t, b.connect("consumer"), "cam.frames", client.Bounded())
+	nc, err := nats.Connect(n.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	huge := rawFrame(t, "peer", "site.cam", 1, 1000, 60<<10)[0]
+	var man manifest
+	if err := json.Unmarshal([]byte(huge.Header.Get(hdrManifest)), &man); err != nil {
+		t.Fatal(err)
+	}
+	man.Artifacts = nil
+	for i := range 32 {
+		man.Artifacts = append(man.Artifacts, part{Name: "a" + strconv.Itoa(i), Size: 100 << 20, SHA256: sum(nil)})
+	}
+	mj, _ := json.Marshal(&man)
+	huge.Header.Set(hdrManifest, string(mj))
+	huge.Header.Set(hdrChunk, "0/60000")
+	for _, m := range append([]*nats.Msg{huge}, rawFrame(t, "peer", "site.cam", 2, frameSize, 60<<10)...) {
+		if err := nc.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expectFrame(t, sub, 2)
+	waitFor(t, "frame 2 to be counted", func() bool { return bb.b.Stats().Imports["cam.frames"].Admitted == 1 })
+	if s := bb.b.Stats().Imports["cam.frames"]; s.DroppedLocal != 1 || s.DroppedMissing != 0 || s.Received != 1 {
+		t.Fatalf("import: %+v", s)
+	}
+}

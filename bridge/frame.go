@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/flybus/flybus/wire"
 )
 
 // The headers of a frame's messages. Every message of a frame carries the
@@ -162,6 +164,10 @@ func startAssembly(h nats.Header, maxArtifact int64, hashArtifacts bool) (*assem
 	}
 	if a.man.Payload.Size < 0 || a.man.Payload.Size > 1<<16 {
 		return nil, fmt.Errorf("%w: payload of %d bytes", errCorrupt, a.man.Payload.Size)
+	}
+	if len(a.man.Artifacts) > wire.MaxAttachments {
+		// No publication could carry them.
+		return nil, fmt.Errorf("%w: %d artifacts, a publication carries %d", errCorrupt, len(a.man.Artifacts), wire.MaxAttachments)
 	}
 	names := map[string]bool{}
 	for _, p := range a.man.Artifacts {

@@ -140,6 +140,15 @@ func (im *importer) maxArtifact() int64 {
 // memory for a latest import.
 func (im *importer) beginLocked(a *assembly) error {
 	if im.slot != nil {
+		// Memory is taken before any byte arrives: a frame the local
+		// store could not hold is refused here, not after.
+		s := im.b.current()
+		if s == nil {
+			return errors.New("no local router")
+		}
+		if total, budget := a.man.total()-a.man.Payload.Size, s.c.Info().Limits.MaxStoreBytes; uint64(total) > budget {
+			return fmt.Errorf("a frame of %d artifact bytes, the local store holds %d", total, budget)
+		}
 		im.cur = a
 		for _, p := range a.man.Artifacts {
 			buf := im.slot.buffer(p.Size)

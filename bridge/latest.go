@@ -25,8 +25,9 @@ type frameSlot struct {
 // keepBuffers bounds the free list: three frames of a few artifacts each.
 const keepBuffers = 8
 
-// heldFrame is a complete frame whose sizes and digests checked, held in
-// memory.
+// heldFrame is a complete frame held in memory, its sizes and payload
+// checked; the router checks the artifacts' digests as the writer seals
+// them.
 type heldFrame struct {
 	a    *assembly
 	bufs [][]byte // the artifacts' bytes, in manifest order
