@@ -1,8 +1,10 @@
 package bridge
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -89,4 +91,32 @@ func TestREADMEConfigsParse(t *testing.T) {
 	if n < 4 {
 		t.Fatalf("%d bridge configurations in the READMEs, want the four two-host ones", n)
 	}
+}
+
+// FuzzParseConfig: any input is refused with ErrConfig or accepted, and
+// an accepted configuration, written out again, parses to itself (its
+// defaults filled once and for all).
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte(goodConfig))
+	f.Add([]byte(`{"nats":{"urls":["nats://a:1"]},"local":{"socket":"/s","clientId":"b","storeRoot":"/r"},"imports":[{"subject":"s","topic":"t","mode":"latest"}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ParseConfig(data)
+		if err != nil {
+			if !errors.Is(err, ErrConfig) {
+				t.Fatalf("refused without ErrConfig: %v", err)
+			}
+			return
+		}
+		out, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := ParseConfig(out)
+		if err != nil {
+			t.Fatalf("an accepted configuration, written out, is refused: %v\n%s", err, out)
+		}
+		if !reflect.DeepEqual(c, again) {
+			t.Fatalf("written out and parsed again it changed:\n%+v\n%+v", c, again)
+		}
+	})
 }
