@@ -107,6 +107,8 @@ func FuzzAssembly(f *testing.F) {
 	})
 }
 
+// wantRefusal fails the test unless err says a chunk is missing or the
+// frame is corrupt.
 func wantRefusal(t *testing.T, what string, err error) {
 	t.Helper()
 	if !errors.Is(err, errCorrupt) && !errors.Is(err, errMissingChunk) {

@@ -59,6 +59,7 @@ func (s *frameSlot) buffer(n int64) []byte {
 	return make([]byte, n)
 }
 
+// recycle keeps bufs for reuse, up to keepBuffers of them.
 func (s *frameSlot) recycle(bufs [][]byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
