@@ -223,12 +223,10 @@ func (b *Bridge) loadFrame(ctx context.Context, c *client.Client, topic string, 
 			if a, err = startAssembly(m.Header, int64(c.Info().Limits.MaxArtifactBytes), true); err != nil {
 				return fail(err)
 			}
-			for _, p := range a.man.Artifacts {
-				w, err := c.Artifacts().Allocate(ctx, p.Size, p.ContentType)
-				if err != nil {
-					return fail(err)
-				}
-				ws = append(ws, w)
+			if ws, err = allocateParts(ctx, c, &a.man); err != nil {
+				return fail(err)
+			}
+			for _, w := range ws {
 				a.sinks = append(a.sinks, w)
 			}
 		} else if err := a.accept(m.Header); err != nil {

@@ -139,41 +139,49 @@ func (im *importer) maxArtifact() int64 {
 // beginLocked allocates the frame's artifacts in the local store, or in
 // memory for a latest import.
 func (im *importer) beginLocked(a *assembly) error {
+	s := im.b.current()
+	if s == nil {
+		return errors.New("no local router")
+	}
 	if im.slot != nil {
 		// Memory is taken before any byte arrives: a frame the local
 		// store could not hold is refused here, not after.
-		s := im.b.current()
-		if s == nil {
-			return errors.New("no local router")
-		}
 		if total, budget := a.man.total()-a.man.Payload.Size, s.c.Info().Limits.MaxStoreBytes; uint64(total) > budget {
 			return fmt.Errorf("a frame of %d artifact bytes, the local store holds %d", total, budget)
 		}
-		im.cur = a
 		for _, p := range a.man.Artifacts {
 			buf := im.slot.buffer(p.Size)
 			im.bufs = append(im.bufs, buf)
 			a.sinks = append(a.sinks, memSink(buf))
 		}
-		im.armLocked()
-		return nil
-	}
-	s := im.b.current()
-	if s == nil {
-		return errors.New("no local router")
-	}
-	im.cur, im.sess = a, s
-	for _, p := range a.man.Artifacts {
-		w, err := s.c.Artifacts().Allocate(im.ctx, p.Size, p.ContentType)
+	} else {
+		ws, err := allocateParts(im.ctx, s.c, &a.man)
 		if err != nil {
-			im.abandonLocked()
 			return err
 		}
-		im.writers = append(im.writers, w)
-		a.sinks = append(a.sinks, w)
+		for _, w := range ws {
+			a.sinks = append(a.sinks, w)
+		}
+		im.sess, im.writers = s, ws
 	}
+	im.cur = a
 	im.armLocked()
 	return nil
+}
+
+// allocateParts allocates a frame's artifacts in c's store, in manifest
+// order; after a refusal it gives back those it had.
+func allocateParts(ctx context.Context, c *client.Client, man *manifest) ([]*client.ArtifactWriter, error) {
+	ws := make([]*client.ArtifactWriter, 0, len(man.Artifacts))
+	for _, p := range man.Artifacts {
+		w, err := c.Artifacts().Allocate(ctx, p.Size, p.ContentType)
+		if err != nil {
+			closeWriters(ws)
+			return nil, err
+		}
+		ws = append(ws, w)
+	}
+	return ws, nil
 }
 
 // armLocked (re)starts the wait for the frame's next chunk.

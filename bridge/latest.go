@@ -3,8 +3,6 @@ package bridge
 import (
 	"context"
 	"sync"
-
-	"github.com/flybus/flybus/client"
 )
 
 // frameSlot hands complete frames from a latest import's NATS handler to
@@ -121,19 +119,15 @@ func (im *importer) writeHeld(ctx context.Context, f *heldFrame) {
 		im.cnt.droppedLocal.Add(1)
 		return
 	}
-	ws := make([]*client.ArtifactWriter, 0, len(f.bufs))
-	for i, p := range f.a.man.Artifacts {
-		w, err := s.c.Artifacts().Allocate(ctx, p.Size, p.ContentType)
-		if err == nil {
-			ws = append(ws, w)
-			_, err = w.Write(f.bufs[i])
-		}
-		if err != nil {
-			closeWriters(ws)
-			im.cnt.droppedLocal.Add(1)
-			im.b.log.Warn("import: cannot write locally", "topic", im.cfg.Topic, "err", err)
-			return
-		}
+	ws, err := allocateParts(ctx, s.c, &f.a.man)
+	for i := 0; err == nil && i < len(ws); i++ {
+		_, err = ws[i].Write(f.bufs[i])
+	}
+	if err != nil {
+		closeWriters(ws)
+		im.cnt.droppedLocal.Add(1)
+		im.b.log.Warn("import: cannot write locally", "topic", im.cfg.Topic, "err", err)
+		return
 	}
 	im.publish(ctx, s, f.a, ws)
 }
