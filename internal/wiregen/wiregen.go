@@ -201,7 +201,7 @@ func parseBodies(dir string) ([]body, error) {
 	for _, sd := range decls {
 		for _, fd := range sd.st.Fields.List {
 			if id, ok := fd.Type.(*ast.Ident); ok {
-				if len(fd.Names) == 0 && jsonName(fd) == "" {
+				if embeds(fd) {
 					embedded[id.Name] = true
 				} else {
 					nested[id.Name] = true
@@ -239,7 +239,7 @@ type parser struct {
 // embeddedStruct is the struct an unnamed field without a json name embeds,
 // if it is one of package wire's.
 func (p *parser) embeddedStruct(fd *ast.Field) *decl {
-	if len(fd.Names) != 0 || jsonName(fd) != "" {
+	if !embeds(fd) {
 		return nil
 	}
 	if id, ok := fd.Type.(*ast.Ident); ok {
@@ -273,7 +273,7 @@ func (p *parser) members(b *body, sd *decl, outer []*decl) error {
 		return fmt.Errorf("wiregen: %s embeds itself", sd.name)
 	}
 	for _, fd := range sd.st.Fields.List {
-		if len(fd.Names) == 0 && jsonName(fd) == "" {
+		if embeds(fd) {
 			e := p.embeddedStruct(fd)
 			if e == nil {
 				return fmt.Errorf("wiregen: %s: %s: an embedded field must be a struct type of package wire", p.fset.Position(fd.Pos()), sd.name)
@@ -291,6 +291,10 @@ func (p *parser) members(b *body, sd *decl, outer []*decl) error {
 	}
 	return nil
 }
+
+// embeds reports whether fd embeds a struct's members: it has no name, and
+// no json name that would make it one nested member.
+func embeds(fd *ast.Field) bool { return len(fd.Names) == 0 && jsonName(fd) == "" }
 
 // jsonName is the member name of fd's json tag, "" without one.
 func jsonName(fd *ast.Field) string {
