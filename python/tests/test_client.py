@@ -176,6 +176,22 @@ class ShutdownTest(unittest.TestCase):
         finally:
             r.stop()
 
+    def test_a_write_that_fails_is_a_lost_router(self):
+        # A write can fail before the reader has seen the router go (CI
+        # once saw the shutdown above do that): it is the router lost too,
+        # not the program's own close. The write side is shut here so that
+        # the write fails first.
+        r = Router()
+        try:
+            c = flybus.connect(r.socket, client_id="py-write-fails")
+            c._sock.shutdown(socket.SHUT_WR)
+            with self.assertRaises(flybus.RouterLost) as cm:
+                c.declare_topic("py.gone")
+            self.assertIn("writing to the router failed", str(cm.exception))
+            c.close()
+        finally:
+            r.stop()
+
 
 class FakeRouterTest(unittest.TestCase):
     """The client against a router written here, that breaks the contract."""

@@ -221,7 +221,9 @@ class Client(Closing):
             try:
                 self._sock.sendall(frame)
             except OSError as e:
-                self._fail(ClosedError(f"writing to the router failed: {e}"))
+                # The router went away, as when the reader sees it first;
+                # _fail makes it ClosedError once the program is closing.
+                self._fail(BusError.of("ROUTER_LOST", f"writing to the router failed: {e}", "unknown"))
                 raise self._lost from None
 
     def _request(self, op, body, timeout=_DEFAULT_TIMEOUT, orphan=None, attachments=(), then=None):
