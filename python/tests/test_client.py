@@ -176,22 +176,6 @@ class ShutdownTest(unittest.TestCase):
         finally:
             r.stop()
 
-    def test_a_write_that_fails_is_a_lost_router(self):
-        # A write can fail before the reader has seen the router go (CI
-        # once saw the shutdown above do that): it is the router lost too,
-        # not the program's own close. The write side is shut here so that
-        # the write fails first.
-        r = Router()
-        try:
-            c = flybus.connect(r.socket, client_id="py-write-fails")
-            c._sock.shutdown(socket.SHUT_WR)
-            with self.assertRaises(flybus.RouterLost) as cm:
-                c.declare_topic("py.gone")
-            self.assertIn("writing to the router failed", str(cm.exception))
-            c.close()
-        finally:
-            r.stop()
-
 
 class FakeRouterTest(unittest.TestCase):
     """The client against a router written here, that breaks the contract."""
@@ -245,6 +229,34 @@ class FakeRouterTest(unittest.TestCase):
                 with self.assertRaises(flybus.ProtocolError):
                     c.clear_topic("t")
                 c.close()
+
+    def test_a_write_that_fails_is_a_lost_router(self):
+        # A write can fail before the reader has seen the router go (CI
+        # once saw a router shutdown do that): that is the router lost too,
+        # not the program's own close. This router answers hello and then
+        # keeps its end open, so the reader sees nothing; the client's write
+        # side is shut, so its next write fails.
+        path, ls = self.listen()
+        done = threading.Event()
+        self.addCleanup(done.set)
+
+        def run():
+            conn, _ = ls.accept()
+            with conn:
+                hello = _wire.loads(_wire.FrameReader(conn).read_frame())
+                value = {"routerId": "router-00000000000000aa", "connectionId": "conn-1", "selectedMajor": 1,
+                         "selectedMinor": 0, "contractDigest": flybus.CONTRACT_DIGEST, "limits": LIMITS}
+                conn.sendall(_wire.frame(_wire.dumps(reply(1, hello["id"], "bus.hello", value))))
+                done.wait(30)
+
+        threading.Thread(target=run, daemon=True).start()
+        c = flybus.connect(path, client_id="py-victim")
+        c._sock.shutdown(socket.SHUT_WR)
+        with self.assertRaises(flybus.RouterLost) as cm:
+            c.declare_topic("py.gone")
+        self.assertIn("writing to the router failed", str(cm.exception))
+        done.set()
+        c.close()
 
     def test_a_foreign_contract_is_refused(self):
         path, ls = self.listen()
