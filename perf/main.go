@@ -49,7 +49,7 @@ func flags(o *options) *flag.FlagSet {
 	fs.BoolVar(&o.embedded, "embedded", false, "run router.New in this process instead of a flybus serve process\n(the router's CPU then cannot be told apart from the clients')")
 	fs.StringVar(&o.flybus, "flybus", "", "the flybus executable `PATH` for process mode (default: this executable if it is\nflybus, else a flybus beside it, else one built with go build ./cmd/flybus into a temporary directory)")
 	fs.StringVar(&o.store, "store", "", "store root `DIR`, created if missing (default /dev/shm/flybus-perf-<pid>, removed afterwards);\ntry a tmpfs mounted huge=within_size")
-	fs.StringVar(&o.storeMode, "store-mode", "files", "the router's store `MODE`: files (a file per frame) or pool (slots reused across\ngenerations; consumers keep each slot mapped)")
+	fs.StringVar(&o.storeMode, "store-mode", "pool", "the router's store `MODE`: pool (slots reused across generations; consumers\nkeep each slot mapped) or files (a file per frame)")
 	fs.StringVar(&o.json, "json", "", "also write every figure and raw histogram as JSON to `FILE`")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a pprof CPU profile of the router during each schedule to `FILE`\n(several schedules: FILE gets .agentsN before its extension; embedded: the whole process)")
 	fs.StringVar(&o.nats, "nats-us-per-frame", "", "an embedded NATS server's CPU per frame on the same schedules, `AGENTS=US,...`\n(measured by bench/compare), for the router CPU target")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flybus/flybus/router"
+	"github.com/flybus/flybus/store"
 )
 
 func testReport(mode string, agents ...int) *Report {
@@ -26,7 +27,7 @@ func testReport(mode string, agents ...int) *Report {
 	}
 	for _, n := range agents {
 		s := testSchedule(n)
-		judge(r.Baselines, s, Config{Fill: FillWrite, Embedded: mode == "embedded"})
+		judge(r.Baselines, s, Config{Fill: FillWrite, Embedded: mode == "embedded", StoreMode: store.ModeFiles})
 		r.Schedules = append(r.Schedules, s)
 	}
 	return r

@@ -34,6 +34,10 @@ type artifact struct {
 	roots       int
 	writer      *hold // while staging or sealing: own
 	copyReserve bool  // store bytes reserved for a seal copy
+	// retire: a connection that ended owned it, and its program may still
+	// map it, so in pool mode its slot is unlinked when it is collected,
+	// never reused for a later generation.
+	retire bool
 	// own is the writer's hold, kept here so that allocating makes no
 	// hold of its own; sealed, it is the producer's explicit hold.
 	own hold
@@ -56,6 +60,7 @@ type effect struct {
 	replyTo wire.MsgID
 	relPath string
 	gen     uint64 // effUnlink: the generation that ends (pool mode)
+	retire  bool   // effUnlink: unlink the slot instead of reusing it (pool mode)
 	size    int64
 	digest  *[32]byte
 }
@@ -110,7 +115,7 @@ func (k *core) collect(a *artifact) {
 	a.dead = true
 	k.storeBytes -= a.size
 	k.stats.collected++
-	k.addEffect(effect{kind: effUnlink, relPath: a.relPath, gen: a.gen})
+	k.addEffect(effect{kind: effUnlink, relPath: a.relPath, gen: a.gen, retire: a.retire})
 }
 
 func (k *core) opAllocate(c *conn, env *wire.Envelope, b *wire.Allocate) *wire.BusError {
@@ -166,7 +171,7 @@ func (k *core) stagedAt(e effect, loc artLoc, err error) {
 	if a.writer == nil || c.closing {
 		// The writer went while the file was prepared: nothing to hand out,
 		// but the command still gets its answer.
-		k.addEffect(effect{kind: effUnlink, relPath: loc.relPath, gen: loc.gen})
+		k.addEffect(effect{kind: effUnlink, relPath: loc.relPath, gen: loc.gen, retire: c.closing})
 		k.refuseTo(c, wire.OpArtifactAllocate, e.replyTo, wire.NewError(wire.ErrArtifactGone, 0, "the artifact was released while it was staged"))
 		return
 	}
@@ -200,7 +205,7 @@ func (k *core) abandon(a *artifact) {
 		a.writer = nil
 	}
 	if a.relPath != "" && a.state == artStaging {
-		k.addEffect(effect{kind: effUnlink, relPath: a.relPath, gen: a.gen})
+		k.addEffect(effect{kind: effUnlink, relPath: a.relPath, gen: a.gen, retire: a.retire})
 	}
 }
 
@@ -277,7 +282,7 @@ func (k *core) sealedAt(e effect, loc artLoc, mismatch bool, err error) {
 		// Released or disconnected mid-seal: never published.
 		a.state = artSealed
 		k.abandonSealedFailure(a)
-		k.addEffect(effect{kind: effUnlink, relPath: loc.relPath, gen: loc.gen})
+		k.addEffect(effect{kind: effUnlink, relPath: loc.relPath, gen: loc.gen, retire: c.closing})
 		k.refuseTo(c, wire.OpArtifactSeal, e.replyTo, wire.NewError(wire.ErrArtifactGone, 0, "%s was released during its seal", a.id))
 		return
 	}

@@ -1,6 +1,9 @@
 package router
 
 import (
+	"maps"
+	"slices"
+
 	"github.com/flybus/flybus/wire"
 )
 
@@ -389,7 +392,7 @@ func (k *core) shutdown() {
 	defer k.settle()
 	k.closeSubscriptions("router-shutdown")
 	var closing []*conn
-	for _, c := range k.conns {
+	for _, c := range k.connsInOrder() {
 		if c.closing || c.gone {
 			continue
 		}
@@ -402,6 +405,16 @@ func (k *core) shutdown() {
 	for _, c := range closing {
 		k.release(c)
 	}
+}
+
+// connsInOrder lists the connections by id: whatever the core does to
+// every connection happens in an order its inputs decide.
+func (k *core) connsInOrder() []*conn {
+	cs := make([]*conn, 0, len(k.conns))
+	for _, id := range slices.Sorted(maps.Keys(k.conns)) {
+		cs = append(cs, k.conns[id])
+	}
+	return cs
 }
 
 // drop handles a transport that ended or failed: nothing more can be sent.
@@ -437,7 +450,11 @@ func (k *core) release(c *conn) {
 	}
 	k.detachCaller(c)
 	k.releaseServiceSide(c)
-	for _, h := range c.holds {
+	// In hold order, so which slot a later allocation gets depends only on
+	// the core's inputs.
+	for _, id := range slices.Sorted(maps.Keys(c.holds)) {
+		h := c.holds[id]
+		h.art.retire = true // the program may still map it
 		k.releaseHold(h)
 	}
 }
@@ -579,6 +596,7 @@ type Stats struct {
 	FreeSlots        int64
 	QuarantinedSlots int64
 	SlotBytes        int64
+	SlotsRetired     uint64 // slots unlinked, not reused, because a connection that ended owned them
 	// The store's open, fallocate and unlink calls: in pool mode's steady
 	// state none happen per frame.
 	StoreOpens      uint64

@@ -11,7 +11,6 @@ import (
 	"github.com/flybus/flybus/client"
 	"github.com/flybus/flybus/internal/shmtest"
 	"github.com/flybus/flybus/router"
-	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -223,17 +222,19 @@ func TestFaultSenderDropsAfterAdmission(t *testing.T) {
 	})
 }
 
-// A consumer dies with a message open and its artifact mapped, once by
-// closing its client and once by losing its transport, and a service dies
-// mid-read of a request. The router collects; the bytes still mapped do not
-// change, even after new artifacts of the same size, until the test unmaps
-// them.
+// A consumer dies with a message open and its artifact mapped: by closing
+// its client, by losing its transport, and by being closed by the router
+// for a protocol violation; and a service dies mid-read of a request. The
+// router collects; the bytes still mapped do not change, even after new
+// artifacts of the same size (in pool mode, what would reuse the slot),
+// until the test unmaps them.
 func TestFaultConsumerDiesMidRead(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		maps0 := storeMaps(t, h)
 		pub := h.dialWithTopic("cd-pub", "fault.mid", wire.RetainNone)
-		for i, abrupt := range []bool{false, true} {
+		for i, end := range []string{"close", "cut", "violation"} {
+			abrupt := end != "close"
 			cons, consNC := dialKept(t, h, fmt.Sprintf("cd-cons-%d", i))
 			s := mustSubscribe(t, ctx, cons, "fault.mid", client.Latest())
 			data := frameBytes(byte(20+i), frameSize)
@@ -246,10 +247,18 @@ func TestFaultConsumerDiesMidRead(t *testing.T) {
 			img := mustArtifact(t, m, "frame")
 			v := mustView(t, img, data)
 			wantStoreMaps(t, h, "one view", maps0+1)
-			if abrupt {
-				cut(cons, consNC)
-			} else {
+			switch end {
+			case "close":
 				cons.Close()
+			case "cut":
+				cut(cons, consNC)
+			case "violation":
+				// A frame longer than the wire allows: the router closes
+				// the connection (the client is idle, so nothing interleaves).
+				if _, err := consNC.Write([]byte{0xff, 0xff, 0xff, 0xff}); err != nil {
+					t.Fatal(err)
+				}
+				<-cons.Done()
 			}
 			settle(t, h, "the consumer's delivery to be collected", func(s router.Stats) bool {
 				return s.Artifacts == 0 && s.ArtifactRoots == 0 && s.Owners == 0 && s.StoreFiles == 0
@@ -258,12 +267,11 @@ func TestFaultConsumerDiesMidRead(t *testing.T) {
 				t.Fatal("the file outlived its last logical owner")
 			}
 			churn(t, pub, frameSize, 3)
-			// Files mode: the unlinked inode's pages stay with the mapping.
-			// Pool mode reuses the slot, and a mapping left open past its
-			// artifact's collection sees later generations: the per-slot
-			// read grant the mode documents.
-			if h.mode == store.ModeFiles && !bytes.Equal(v.Bytes(), data) {
-				t.Fatal("mapped bytes changed after collection")
+			// Files mode unlinks the file; pool mode retires the slot a dead
+			// connection owned instead of reusing it. Either way the
+			// unlinked inode's pages stay with the mapping.
+			if !bytes.Equal(v.Bytes(), data) {
+				t.Fatalf("mapped bytes changed after collection (%s)", end)
 			}
 			// A cut connection lost its router; a closed one says so.
 			if _, err := img.ReadAll(ctx); abrupt && code(t, err) != wire.ErrRouterLost || !abrupt && !errors.Is(err, client.ErrClosed) {
@@ -293,7 +301,7 @@ func TestFaultConsumerDiesMidRead(t *testing.T) {
 			return s.Artifacts == 0 && s.StoreFiles == 0 && s.Calls == 0
 		})
 		churn(t, caller, len(data), 2)
-		if h.mode == store.ModeFiles && !bytes.Equal(v.Bytes(), data) { // see the consumer's case above
+		if !bytes.Equal(v.Bytes(), data) { // see the consumer's case above
 			t.Fatal("a dead service's mapped bytes changed")
 		}
 		v.Close()

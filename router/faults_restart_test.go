@@ -18,6 +18,7 @@ import (
 	"github.com/flybus/flybus/internal/leakcheck"
 	"github.com/flybus/flybus/internal/shmtest"
 	"github.com/flybus/flybus/router"
+	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -129,14 +130,14 @@ func flybusBinary(t *testing.T, dir string) string {
 // serveChild starts `flybus serve --open --store root --listen sock`, waits
 // for its ready line and returns the process and its store id. The process
 // is killed at cleanup if the test has not reaped it.
-func serveChild(t *testing.T, bin, root, sock string) (*exec.Cmd, string) {
+func serveChild(t *testing.T, bin, root, sock string, flags ...string) (*exec.Cmd, string) {
 	t.Helper()
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var stderr bytes.Buffer
-	cmd := exec.Command(bin, "serve", "--open", "--store", root, "--listen", sock)
+	cmd := exec.Command(bin, append([]string{"serve", "--open", "--store", root, "--listen", sock}, flags...)...)
 	cmd.Stdout, cmd.Stderr = pw, &stderr
 	err = cmd.Start()
 	pw.Close() // the child has its own copy
@@ -185,8 +186,17 @@ func serveChild(t *testing.T, bin, root, sock string) (*exec.Cmd, string) {
 // ROUTER_LOST, the dead store directory stays until the next router.New on
 // the same root removes it (its lock is free), a live router's directory
 // next to it is never touched, bytes still mapped from the dead store do
-// not change, and the dead router's references are ARTIFACT_GONE.
+// not change, not even when later artifacts of the same size are made on
+// the routers that follow, and the dead router's references are
+// ARTIFACT_GONE. In both store modes.
 func TestFaultRouterCrashLeavesAnOrphanStore(t *testing.T) {
+	bin := flybusBinary(t, t.TempDir())
+	for _, mode := range storeModes {
+		t.Run(mode.String(), func(t *testing.T) { routerCrash(t, bin, mode) })
+	}
+}
+
+func routerCrash(t *testing.T, bin string, mode store.Mode) {
 	base := leakcheck.Goroutines()
 	fdBase := shmtest.FDs(t)
 	// Registered first, so it runs after every other cleanup.
@@ -195,7 +205,6 @@ func TestFaultRouterCrashLeavesAnOrphanStore(t *testing.T) {
 		waitFor(t, "descriptors to close", func() bool { return shmtest.FDs(t) <= fdBase })
 	})
 	tmp := t.TempDir()
-	bin := flybusBinary(t, tmp)
 	root := shmtest.Dir(t, "flybus-test-")
 	maps0 := shmtest.Mappings(t, root)
 	ctx := ctxT(t)
@@ -213,7 +222,7 @@ func TestFaultRouterCrashLeavesAnOrphanStore(t *testing.T) {
 	liveArt := produce(t, liveC, liveData)
 
 	sock := filepath.Join(tmp, "crash.sock")
-	child, deadStore := serveChild(t, bin, root, sock)
+	child, deadStore := serveChild(t, bin, root, sock, "--store-mode", mode.String())
 	c, err := client.ConnectUnix(ctx, sock, client.Config{ClientID: "crash-victim", StoreRoot: root})
 	if err != nil {
 		t.Fatal(err)
@@ -257,6 +266,16 @@ func TestFaultRouterCrashLeavesAnOrphanStore(t *testing.T) {
 	mustRead(t, liveArt, liveData)
 	if !bytes.Equal(v.Bytes(), data) {
 		t.Fatal("bytes mapped from the crashed router's store changed when it was removed")
+	}
+	nextC, err := client.Connect(ctx, inMemory(t, next), client.Config{ClientID: "crash-next"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	churn(t, nextC, frameSize, 3)
+	churn(t, liveC, frameSize, 3)
+	nextC.Close()
+	if !bytes.Equal(v.Bytes(), data) {
+		t.Fatal("bytes mapped from the crashed router's store changed when new artifacts were made")
 	}
 	if ents, err := os.ReadDir(root); err != nil || len(ents) != 2 {
 		t.Fatalf("store root holds %d entries, want the live and the new store (%v)", len(ents), err)

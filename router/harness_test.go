@@ -76,15 +76,16 @@ func openWith(l wire.Limits) router.Config {
 	return cfg
 }
 
-// storeModes are the store backends every integration test runs over; a
-// test that configures StoreMode itself runs in that mode only.
+// storeModes are the store backends every integration test runs over.
 var storeModes = []store.Mode{store.ModeFiles, store.ModePool}
 
 func forEachTransport(t *testing.T, cfg router.Config, fn func(t *testing.T, h *harness)) {
-	modes := storeModes
-	if cfg.StoreMode != store.ModeFiles {
-		modes = []store.Mode{cfg.StoreMode}
-	}
+	forEachTransportIn(t, cfg, storeModes, fn)
+}
+
+// forEachTransportIn runs fn over both transports in each of modes; tests
+// of one mode's own behaviour name it.
+func forEachTransportIn(t *testing.T, cfg router.Config, modes []store.Mode, fn func(t *testing.T, h *harness)) {
 	for _, mode := range modes {
 		cfg := cfg
 		cfg.StoreMode = mode

@@ -20,12 +20,6 @@ import (
 
 var poolFrames = flag.Int("pool.frames", 1000, "frames the pool concurrency test produces (by hand: 100000)")
 
-func poolConfig() router.Config {
-	cfg := open()
-	cfg.StoreMode = store.ModePool
-	return cfg
-}
-
 // rawSealed allocates, fills and seals n bytes through a raw client.
 func rawSealed(t *testing.T, h *harness, r *raw, n int, seed byte) wire.SealOK {
 	t.Helper()
@@ -41,7 +35,7 @@ func rawSealed(t *testing.T, h *harness, r *raw, n int, seed byte) wire.SealOK {
 // attachments on publish, call and reply, seal) is ARTIFACT_GONE, exactly
 // as for a collected artifact.
 func TestPoolStaleGenerationIsGone(t *testing.T) {
-	forEachTransport(t, poolConfig(), func(t *testing.T, h *harness) {
+	forEachTransportIn(t, open(), []store.Mode{store.ModePool}, func(t *testing.T, h *harness) {
 		r := newRaw(t, h.conn(""))
 		r.hello("stale")
 		first := rawSealed(t, h, r, 4096, 1)
@@ -108,7 +102,7 @@ func TestPoolStaleGenerationIsGone(t *testing.T) {
 // the slot are views of the cached mapping, with no artifact.open, and in
 // the steady state the store opens, allocates and unlinks nothing.
 func TestPoolViewsUseOneMappingPerSlot(t *testing.T) {
-	forEachTransport(t, poolConfig(), func(t *testing.T, h *harness) {
+	forEachTransportIn(t, open(), []store.Mode{store.ModePool}, func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		prod, cons, s := h.pubSub("camera", "viewer", "frames", wire.RetainNone, client.Bounded().InFlight(1))
 		const frames, size = 40, 64 << 10
@@ -155,7 +149,7 @@ func TestPoolViewsUseOneMappingPerSlot(t *testing.T) {
 // MapPerView maps every view in pool mode too, so a read after Close is
 // refused by the handle instead of showing a later generation.
 func TestPoolMapPerView(t *testing.T) {
-	forEachTransport(t, poolConfig(), func(t *testing.T, h *harness) {
+	forEachTransportIn(t, open(), []store.Mode{store.ModePool}, func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		c, err := client.Connect(ctx, h.conn(""), client.Config{ClientID: "pv", StoreRoot: h.root, MapPerView: true})
 		if err != nil {
@@ -184,7 +178,7 @@ func TestPoolMapPerView(t *testing.T) {
 // delivered, one of them keeps retained values and holds for a while, and
 // the slots are reused throughout.
 func TestPoolEveryByteMatchesItsGeneration(t *testing.T) {
-	forEachTransport(t, poolConfig(), func(t *testing.T, h *harness) {
+	forEachTransportIn(t, open(), []store.Mode{store.ModePool}, func(t *testing.T, h *harness) {
 		n := *poolFrames
 		if h.unix {
 			n /= 2 // the same proof; the socket costs more per frame

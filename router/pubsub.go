@@ -367,7 +367,7 @@ func (s *subscription) ready() bool { return len(s.queue) > 0 && s.inflight < s.
 // closeSubscriptions tells every subscriber its subscription ended (router
 // shutdown is the only cause in v1) and discards their queues.
 func (k *core) closeSubscriptions(reason string) {
-	for _, c := range k.conns {
+	for _, c := range k.connsInOrder() {
 		for _, s := range append([]*subscription(nil), c.subs...) {
 			k.notice(c, wire.OpSubscriptionClosed, &wire.SubscriptionClosed{SubscriptionID: s.id,
 				Topic: s.topic.name, TopicIncarnation: s.topic.inc, Reason: reason})

@@ -26,9 +26,9 @@ type Config struct {
 	// runtime tmpfs (see StoreRoot), removed at Shutdown; clients connected
 	// in memory learn it without being told.
 	StoreRoot string
-	// StoreMode chooses the artifact store's backend: store.ModeFiles (the
-	// default: one file per artifact) or store.ModePool (slot files reused
-	// across generations; see the store package).
+	// StoreMode chooses the artifact store's backend: store.ModePool (the
+	// default: slot files reused across generations) or store.ModeFiles (one
+	// file per artifact); see the store package for when to choose which.
 	StoreMode    store.Mode
 	Limits       wire.Limits
 	Policy       Policy
@@ -185,6 +185,7 @@ func (r *Router) Stats() Stats {
 	}
 	s.PoolHits, s.PoolMisses = st.PoolHits, st.PoolMisses
 	s.Slots, s.FreeSlots, s.QuarantinedSlots, s.SlotBytes = int64(st.Slots), int64(st.FreeSlots), int64(st.QuarantinedSlots), st.SlotBytes
+	s.SlotsRetired = st.SlotsRetired
 	s.StoreOpens, s.StoreFallocates, s.StoreUnlinks = st.Opens, st.Fallocates, st.Unlinks
 	return s
 }
@@ -338,7 +339,11 @@ func (r *Router) runEffect(e effect) {
 		loc := artLoc{relPath: sealed.RelPath, slot: sealed.Slot, gen: sealed.Generation}
 		r.step(input{kind: inSealed, eff: e, loc: loc, mismatch: errors.Is(err, store.ErrMismatch), err: err})
 	case effUnlink:
-		if err := r.store.Collect(e.relPath, e.gen); err != nil {
+		collect := r.store.Collect
+		if e.retire {
+			collect = r.store.Retire
+		}
+		if err := collect(e.relPath, e.gen); err != nil {
 			r.cfg.Logger.Warn("collecting an artifact file failed", "path", e.relPath, "err", err)
 		}
 	}

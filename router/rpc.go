@@ -1,6 +1,7 @@
 package router
 
 import (
+	"maps"
 	"math"
 	"slices"
 
@@ -350,7 +351,8 @@ func (k *core) consume(c *conn, d wire.DeliveryID) bool {
 // their queues, dispatched ones detach (the service may still reply, to no
 // one), results are dropped.
 func (k *core) detachCaller(c *conn) {
-	for id, cl := range c.calls {
+	for _, id := range slices.Sorted(maps.Keys(c.calls)) {
+		cl := c.calls[id]
 		if cl.state == callQueued {
 			cl.svc.unqueue(cl)
 			k.dropRoots(cl.arts)
@@ -368,8 +370,12 @@ func (k *core) detachCaller(c *conn) {
 // capabilities. A dispatched call whose service left without replying fails
 // NO_SERVICE, dispatched.
 func (k *core) releaseServiceSide(c *conn) {
-	for d, ref := range c.dlvs {
+	for _, d := range slices.Sorted(maps.Keys(c.dlvs)) {
+		ref := c.dlvs[d]
 		delete(c.dlvs, d)
+		for _, a := range ref.arts {
+			a.retire = true // the program may still map it
+		}
 		k.dropRoots(ref.arts)
 		if ref.call != nil && !ref.result {
 			ref.call.svc.inflight--

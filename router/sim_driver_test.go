@@ -56,6 +56,11 @@ type sim struct {
 	pool     bool
 	slotSize map[string]uint64
 	slotGen  map[string]uint64
+	freeList map[uint64][]string // free slots by size, most recently freed last
+	// views are the generations programs may still map: everything a
+	// session owned when its connection ended (its program never closes a
+	// view), and what live sessions own now. No slot may be reused under one.
+	views    []simView
 	accepted uint64
 	svcIncs  map[string]wire.ServiceInc // last incarnation any client saw registered
 	stale    []wire.ArtifactRef         // refs seen once, maybe collected since
@@ -300,13 +305,21 @@ func (s *sim) afterStep() {
 			continue
 		}
 		if s.pool {
-			// Collection recycles the slot: the generation named must be
-			// the slot's current one, in use.
+			// Collection recycles the slot, or retires it when a connection
+			// that ended owned it: the generation named must be the slot's
+			// current one, in use.
 			if !s.files[e.relPath].holdsArtifact() || s.slotGen[e.relPath] != e.gen {
 				s.fail("slots", "recycle of %q generation %d, which is not the generation in use (%d, state %d)",
 					e.relPath, e.gen, s.slotGen[e.relPath], s.files[e.relPath])
 			}
+			if e.retire {
+				delete(s.files, e.relPath)
+				unlinked = append(unlinked, fmt.Sprintf("%s@%d(retired)", e.relPath, e.gen))
+				continue
+			}
 			s.files[e.relPath] = simFree
+			size := s.slotSize[e.relPath]
+			s.freeList[size] = append(s.freeList[size], e.relPath)
 			unlinked = append(unlinked, fmt.Sprintf("%s@%d", e.relPath, e.gen))
 			continue
 		}
@@ -317,11 +330,13 @@ func (s *sim) afterStep() {
 		unlinked = append(unlinked, e.relPath)
 	}
 	if len(unlinked) > 0 {
-		slices.Sort(unlinked)
+		// In the order the core collected them: it releases in an order
+		// its inputs decide, so a seed replays this line exactly.
 		s.logf("store unlinks %s", strings.Join(unlinked, " "))
 	}
 	for _, ss := range s.sessions {
 		if ss.c.closing && !ss.closing {
+			s.keepViews(ss)
 			ss.closing = true
 			s.logf("%s is closing (%d control frames queued, maxControlFrames %d)", ss.name, len(ss.c.control)-ss.c.ctrlHead, s.lim.MaxControlFrames)
 		}
@@ -336,6 +351,7 @@ func (s *sim) afterStep() {
 	}
 	s.checkInvariants()
 	s.checkWakeups()
+	s.checkViews()
 	for _, ss := range s.sessions {
 		s.checkView(ss)
 	}
@@ -571,6 +587,9 @@ func (s *sim) pull(ss *simSession, max int) []frame {
 }
 
 func (s *sim) dropSession(ss *simSession) {
+	if !ss.closing {
+		s.keepViews(ss) // what it owned as its connection ended
+	}
 	s.stepCore(input{kind: inDrop, conn: ss.c})
 	if !ss.c.gone {
 		s.fail("conns", "%s: drop left the connection live", ss.name)

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+
+	"github.com/flybus/flybus/wire"
 )
 
 type simFile uint8
@@ -113,7 +115,7 @@ func (s *sim) finishPoolIO(e effect, who string, outcome simIO) {
 		}
 		switch {
 		case outcome != simIOOK:
-			s.files[e.relPath] = simFree // the store recycles a slot whose seal failed
+			s.freeSlot(e.relPath) // the store recycles a slot whose seal failed
 			s.logf("store: seal of %s for %s msg-%d fails", e.relPath, who, e.replyTo)
 			s.stepCore(input{kind: inSealed, eff: e, mismatch: outcome == simIOMismatch, err: errors.New("simulated seal failure")})
 		case s.rng.IntN(5) == 0:
@@ -132,15 +134,15 @@ func (s *sim) finishPoolIO(e effect, who string, outcome simIO) {
 	}
 }
 
-// takeSlot hands out a free slot of size, or a new one, at its next
-// generation.
+// takeSlot hands out the slot of size freed last, as the store does, or a
+// new one, at its next generation.
 func (s *sim) takeSlot(size uint64) string {
-	for _, path := range slices.Sorted(maps.Keys(s.files)) {
-		if s.files[path] == simFree && s.slotSize[path] == size {
-			s.files[path] = simStaging
-			s.slotGen[path]++
-			return path
-		}
+	if free := s.freeList[size]; len(free) > 0 {
+		path := free[len(free)-1]
+		s.freeList[size] = free[:len(free)-1]
+		s.files[path] = simStaging
+		s.slotGen[path]++
+		return path
 	}
 	s.fileSeq++
 	path := fmt.Sprintf("slot-%016x", s.fileSeq)
@@ -154,10 +156,85 @@ func (s *sim) slotLoc(path string) artLoc {
 	return artLoc{relPath: path, slot: n, gen: s.slotGen[path]}
 }
 
+func (s *sim) freeSlot(path string) {
+	s.files[path] = simFree
+	size := s.slotSize[path]
+	s.freeList[size] = append(s.freeList[size], path)
+}
+
 // usePool switches a new simulation to a pooled store.
 func (s *sim) usePool() {
 	s.pool, s.k.pool = true, true
-	s.slotSize, s.slotGen = map[string]uint64{}, map[string]uint64{}
+	s.slotSize, s.slotGen, s.freeList = map[string]uint64{}, map[string]uint64{}, map[uint64][]string{}
+}
+
+// simView is a generation of a slot a program may map.
+type simView struct {
+	path  string
+	gen   uint64
+	owner string
+}
+
+func slotView(ref wire.ArtifactRef, owner string) simView {
+	return simView{path: fmt.Sprintf("slot-%016x", uint64(ref.ArtifactID)), gen: ref.Generation, owner: owner}
+}
+
+// ownedViews lists the sealed generations ss owns through its deliveries
+// and holds, but not those it is letting go of: a program closes its views
+// before it consumes or releases.
+func (ss *simSession) ownedViews() []simView {
+	var vs []simView
+	for _, d := range slices.Sorted(maps.Keys(ss.dlvs)) {
+		if ss.dlvs[d].consuming > 0 {
+			continue
+		}
+		for _, att := range ss.dlvs[d].atts {
+			vs = append(vs, slotView(att.Ref, ss.name))
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(ss.holds)) {
+		if h := ss.holds[n]; !h.writer && h.releasing == 0 && h.ref.Generation != 0 {
+			vs = append(vs, slotView(h.ref, ss.name))
+		}
+	}
+	return vs
+}
+
+// keepViews remembers what ss owned when its connection ended: its
+// program may go on reading those views for ever.
+func (s *sim) keepViews(ss *simSession) {
+	if s.pool {
+		s.views = append(s.views, ss.ownedViews()...)
+	}
+}
+
+// checkViews: no slot a program may still map (a dead session's views, a
+// live session's deliveries and holds) is free or holds a later generation.
+func (s *sim) checkViews() {
+	if !s.pool {
+		return
+	}
+	check := func(v simView, how string) {
+		f, ok := s.files[v.path]
+		if !ok {
+			return // retired: the unlinked inode keeps the bytes
+		}
+		if f == simFree || s.slotGen[v.path] != v.gen {
+			s.fail("views", "%s (%s) may map %s generation %d, but the slot is at generation %d (state %d)",
+				v.owner, how, v.path, v.gen, s.slotGen[v.path], f)
+		}
+	}
+	for _, v := range s.views {
+		check(v, "ended")
+	}
+	for _, ss := range s.sessions {
+		if ss.closing {
+			continue // its views are in s.views
+		}
+		for _, v := range ss.ownedViews() {
+			check(v, "live")
+		}
+	}
 }
 
 // filesInUse counts the store's files that hold an artifact.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"crypto/sha256"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -264,4 +265,34 @@ func BenchmarkPwrite(b *testing.B) {
 // every performance target.
 func BenchmarkCopy(b *testing.B) {
 	shmtest.FrameBench(b, func(b *testing.B) { shmtest.Copy(b, pattern(frame, 1)) })
+}
+
+// BenchmarkLifecycleSizes: a whole artifact's store work (stage, seal,
+// collect) in each mode, for artifacts of one size and of 64 sizes taken in
+// turn (64 KiB to 8 MiB in 128 KiB steps). It reports the bytes of slot
+// files the pool holds at the end (slot-bytes): what the choice of mode
+// costs in tmpfs memory when sizes vary.
+func BenchmarkLifecycleSizes(b *testing.B) {
+	for _, mode := range []Mode{ModeFiles, ModePool} {
+		for _, sizes := range []int{1, 64} {
+			b.Run(fmt.Sprintf("%s/sizes=%d", mode, sizes), func(b *testing.B) {
+				s := openAnyStore(b, Config{Root: shmtest.BenchDir(b, "flybus-bench-"), Mode: mode})
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					size := int64(64<<10 + (i%sizes)*128<<10)
+					i++
+					st := mustStage(b, s, size)
+					sealed, err := s.Seal(st.RelPath, size, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := s.Collect(sealed.RelPath, sealed.Generation); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(s.Stats().SlotBytes), "slot-bytes")
+			})
+		}
+	}
 }

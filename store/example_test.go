@@ -15,7 +15,8 @@ func ExampleStore_Seal() {
 	root, _ := os.MkdirTemp("", "store-example-")
 	defer os.RemoveAll(root)
 
-	s, err := store.Open(store.Config{Root: root})
+	// Files mode: a file per artifact, removed after its last owner.
+	s, err := store.Open(store.Config{Root: root, Mode: store.ModeFiles})
 	if err != nil {
 		fmt.Println(err)
 		return

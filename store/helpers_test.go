@@ -14,9 +14,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// openStore opens a store under a fresh root and closes it when the test
-// ends.
+// openStore opens a files-mode store under a fresh root and closes it when
+// the test ends (openPool opens a pooled one).
 func openStore(t testing.TB, cfg Config) *Store {
+	t.Helper()
+	cfg.Mode = ModeFiles
+	return openAnyStore(t, cfg)
+}
+
+func openAnyStore(t testing.TB, cfg Config) *Store {
 	t.Helper()
 	if cfg.Root == "" {
 		cfg.Root = shmtest.Dir(t, "flybus-store-test-")

@@ -59,6 +59,35 @@ func (s *Store) Collect(relPath string, gen uint64) error {
 	return nil
 }
 
+// Retire ends generation gen of the artifact at relPath for good. In files
+// mode it is Remove. In pool mode the slot is unlinked instead of going back
+// to its free list: a process that still maps it keeps that generation's
+// bytes, and the next artifact of its size gets a new slot under a new id.
+// The router retires what a connection that ended still owned, because its
+// program may go on reading a view it never closed. A generation the slot
+// has left is ignored.
+func (s *Store) Retire(relPath string, gen uint64) error {
+	if s.mode != ModePool {
+		return s.Collect(relPath, gen)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil
+	}
+	sl, _, err := s.slots.inUse(relPath, gen)
+	if sl == nil {
+		return err
+	}
+	t := s.slots
+	t.mu.Lock()
+	t.dropLocked(sl)
+	t.mu.Unlock()
+	s.unlinkSlots([]*slot{sl})
+	s.st.slotsRetired.Add(1)
+	return nil
+}
+
 // dropStaging unlinks a staging file that a seal consumed or gave up on.
 func (s *Store) dropStaging(name string) error {
 	s.st.unlinks.Add(1)

@@ -30,11 +30,12 @@ import (
 type Mode uint8
 
 const (
+	// ModePool, the default, keeps slot files of recently used sizes and
+	// reuses them, a new generation per artifact: nothing is created,
+	// mapped or unlinked per artifact once a size is warm.
+	ModePool Mode = iota
 	// ModeFiles keeps one file per artifact, unlinked after its last owner.
-	ModeFiles Mode = iota
-	// ModePool keeps slot files of recently used sizes and reuses them, a
-	// new generation per artifact.
-	ModePool
+	ModeFiles
 )
 
 func (m Mode) String() string {
@@ -427,24 +428,32 @@ func (s *Store) recycleWritten(sl *slot) {
 	s.freeSlot(sl)
 }
 
+// inUse returns slot relPath and its state if generation gen is being
+// written or sealed there; nil (and no error) for a generation the slot has
+// left.
+func (t *slotTable) inUse(relPath string, gen uint64) (*slot, slotState, error) {
+	k, n := parseName(relPath)
+	if k != kindSlot {
+		return nil, 0, &Error{Op: "remove", RelPath: relPath, Err: ErrInvalidPath}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	sl := t.slots[n]
+	if sl == nil || sl.gen != gen || (sl.state != slotWriting && sl.state != slotSealed) {
+		return nil, 0, nil
+	}
+	return sl, sl.state, nil
+}
+
 // recycleSlot ends generation gen of slot relPath: the router's last root
 // of it went (sealed), or its writer gave it up (writing). A sealed slot
 // is made 0600 and freed; nobody could have opened it for writing while it
 // was 0444. A stale generation is ignored.
 func (s *Store) recycleSlot(relPath string, gen uint64) error {
-	k, n := parseName(relPath)
-	if k != kindSlot {
-		return &Error{Op: "remove", RelPath: relPath, Err: ErrInvalidPath}
+	sl, state, err := s.slots.inUse(relPath, gen)
+	if sl == nil {
+		return err
 	}
-	t := s.slots
-	t.mu.Lock()
-	sl := t.slots[n]
-	if sl == nil || sl.gen != gen || sl.state == slotFree || sl.state == slotQuarantined {
-		t.mu.Unlock()
-		return nil
-	}
-	state := sl.state
-	t.mu.Unlock()
 	if state == slotWriting {
 		s.recycleWritten(sl)
 		return nil

@@ -14,7 +14,7 @@ import (
 func openPool(t *testing.T, cfg Config) *Store {
 	t.Helper()
 	cfg.Mode = ModePool
-	return openStore(t, cfg)
+	return openAnyStore(t, cfg)
 }
 
 func TestParseMode(t *testing.T) {

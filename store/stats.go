@@ -24,6 +24,8 @@ type Stats struct {
 	// Pool mode: slot files, those free or quarantined, and their bytes.
 	Slots, FreeSlots, QuarantinedSlots int
 	SlotBytes                          int64
+	// SlotsRetired counts slots unlinked by Retire instead of reused.
+	SlotsRetired uint64
 
 	// System calls on files, for proving what a steady state costs.
 	Opens, Fallocates, Unlinks uint64
@@ -36,6 +38,7 @@ type counters struct {
 	sealMismatch, sealFailures, bytesCopied atomic.Uint64
 	opens, fallocates, unlinks              atomic.Uint64
 	slots                                   atomic.Int64
+	slotsRetired                            atomic.Uint64
 }
 
 // Stats returns the store's current counts. Each field is read atomically;
@@ -57,6 +60,7 @@ func (s *Store) Stats() Stats {
 		Opens:        c.opens.Load(),
 		Fallocates:   c.fallocates.Load(),
 		Unlinks:      c.unlinks.Load(),
+		SlotsRetired: c.slotsRetired.Load(),
 	}
 	if s.slots != nil {
 		ss := s.slots.stats()

@@ -33,8 +33,8 @@ type Config struct {
 	// PoolSizes is how many distinct recent sizes the pool tracks. Zero
 	// means 4.
 	PoolSizes int
-	// Mode chooses the backend: one file per artifact (ModeFiles, the
-	// default) or slots reused across generations (ModePool).
+	// Mode chooses the backend: slots reused across generations (ModePool,
+	// the default) or one file per artifact (ModeFiles).
 	Mode Mode
 	// MaxBytes bounds the bytes of all slots, free ones included, in pool
 	// mode; zero is no bound.

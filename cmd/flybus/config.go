@@ -123,7 +123,7 @@ func resolveServe(o *serveOptions, readFile func(string) ([]byte, error)) (*serv
 	if c.Store == "" {
 		return nil, errors.New("no store: give --store DIR (or \"store\" in the config file)")
 	}
-	mode := "files"
+	mode := "pool"
 	if fc.StoreMode != nil {
 		mode = *fc.StoreMode
 	}

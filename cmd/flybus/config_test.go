@@ -329,15 +329,15 @@ func TestMetricsAddr(t *testing.T) {
 // --store-mode picks the backend, overrides the file, and refuses anything
 // but files and pool.
 func TestServeStoreMode(t *testing.T) {
-	read := func(string) ([]byte, error) { return []byte(`{"storeMode": "pool"}`), nil }
+	read := func(string) ([]byte, error) { return []byte(`{"storeMode": "files"}`), nil }
 	for _, tc := range []struct {
 		args []string
 		want store.Mode
 	}{
-		{[]string{"--store", "/dev/shm/x", "--listen", "/tmp/x.sock", "--open"}, store.ModeFiles},
-		{[]string{"--store", "/dev/shm/x", "--listen", "/tmp/x.sock", "--open", "--store-mode", "pool"}, store.ModePool},
-		{[]string{"--store", "/dev/shm/x", "--listen", "/tmp/x.sock", "--open", "--config", "f"}, store.ModePool},
-		{[]string{"--store", "/dev/shm/x", "--listen", "/tmp/x.sock", "--open", "--config", "f", "--store-mode", "files"}, store.ModeFiles},
+		{[]string{"--store", "/dev/shm/x", "--listen", "/tmp/x.sock", "--open"}, store.ModePool}, // the default
+		{[]string{"--store", "/dev/shm/x", "--listen", "/tmp/x.sock", "--open", "--store-mode", "files"}, store.ModeFiles},
+		{[]string{"--store", "/dev/shm/x", "--listen", "/tmp/x.sock", "--open", "--config", "f"}, store.ModeFiles},
+		{[]string{"--store", "/dev/shm/x", "--listen", "/tmp/x.sock", "--open", "--config", "f", "--store-mode", "pool"}, store.ModePool},
 	} {
 		c, err := resolveServe(options(t, tc.args...), read)
 		if err != nil {

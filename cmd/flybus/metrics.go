@@ -80,6 +80,7 @@ var statMetrics = []statMetric{
 	gaugeOf("FreeSlots", "free_slots", "Pool mode: slots ready for the next allocation of their size.", func(s *router.Stats) int64 { return s.FreeSlots }),
 	gaugeOf("QuarantinedSlots", "quarantined_slots", "Pool mode: slots kept from reuse because a writer still held them.", func(s *router.Stats) int64 { return s.QuarantinedSlots }),
 	gaugeOf("SlotBytes", "slot_bytes", "Pool mode: bytes of all slot files.", func(s *router.Stats) int64 { return s.SlotBytes }),
+	counterOf("SlotsRetired", "slots_retired_total", "Pool mode: slots unlinked instead of reused because a connection that ended owned them.", func(s *router.Stats) uint64 { return s.SlotsRetired }),
 	counterOf("StoreOpens", "store_opens_total", "Files the store opened or created.", func(s *router.Stats) uint64 { return s.StoreOpens }),
 	counterOf("StoreFallocates", "store_fallocates_total", "fallocate calls of the store.", func(s *router.Stats) uint64 { return s.StoreFallocates }),
 	counterOf("StoreUnlinks", "store_unlinks_total", "Files the store unlinked.", func(s *router.Stats) uint64 { return s.StoreUnlinks }),

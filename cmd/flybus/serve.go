@@ -32,7 +32,7 @@ var serveCmd = &command{
 func serveFlags(o *serveOptions) *flag.FlagSet {
 	set := newFlagSet("serve")
 	set.StringVar(&o.store, "store", "", "store root `DIR`: the router keeps its artifacts in DIR/<storeId>/\n(a tmpfs, e.g. /dev/shm/flybus); created if missing")
-	set.StringVar(&o.storeMode, "store-mode", "files", "`MODE` of the artifact store: files (a file per artifact, unlinked after its\nlast owner) or pool (slot files reused across generations: no file created,\nmapped or unlinked per frame; consumers keep each slot mapped)")
+	set.StringVar(&o.storeMode, "store-mode", "pool", "`MODE` of the artifact store: pool (slot files reused across generations: no\nfile created, mapped or unlinked per frame; consumers keep each slot mapped) or\nfiles (a file per artifact, unlinked after its last owner); see below")
 	set.Var(&o.listen, "listen", "a Unix socket to listen on, `PATH[=CLIENT_ID]` (repeatable): with =CLIENT_ID only\nthat client may connect there; a bare PATH is unbound and needs --open")
 	set.BoolVar(&o.open, "open", false, "open policy: any client id with every grant, self-asserted (trusted deployments only)")
 	set.StringVar(&o.config, "config", "", "read the JSON configuration `FILE` (see below); flags override it")
@@ -65,6 +65,17 @@ fails later (metrics port taken, socket directory missing, a listen refused)
 exits 1 and removes what it created. A store root that is not a tmpfs works
 but is logged as a warning: every artifact byte would also go to a disk.
 Relative paths are relative to the working directory.
+
+Store modes. pool is the default because a steady stream of artifacts of a few
+sizes (frames) costs no file creation, mapping or unlink per artifact: on the
+60 Hz frame schedule it cuts publish-to-verified latency and router CPU per
+frame (see docs/design.md for the figures). A view still open when its client
+ends keeps its bytes in both modes (pool retires such a slot instead of
+reusing it). Choose files when artifacts come in many different sizes (each
+size keeps slots of its own until idle for 30 s, so the tmpfs holds more), or
+when programs that are not flybus clients read artifact files directly and
+keep them mapped after their owner lets go (a pool slot shows its later
+generations; a removed file keeps its bytes).
 
 Without a policy (no --open, no "policy" in the file), each CLIENT_ID bound
 with --listen is admitted with every grant.

@@ -227,7 +227,7 @@ func TestTopAndStatsJSON(t *testing.T) {
 	if len(d.Services) != 1 || d.Services[0].Name != "agent.echo" || d.Services[0].Client != "agent-a" {
 		t.Fatalf("stats --json services: %+v", d.Services)
 	}
-	if len(d.Topics) != 1 || d.Topics[0].Publications != 5 || d.Store.Mode != "files" {
+	if len(d.Topics) != 1 || d.Topics[0].Publications != 5 || d.Store.Mode != "pool" {
 		t.Fatalf("stats --json topics %+v, store %+v", d.Topics, d.Store)
 	}
 
@@ -236,7 +236,7 @@ func TestTopAndStatsJSON(t *testing.T) {
 		t.Fatalf("top --once: exit %d: %s", code, stderr)
 	}
 	for _, re := range []string{
-		`(?m)^flybus top  127\.0\.0\.1:\d+  \d\d:\d\d:\d\d  rates over 0\.1s  store files: files \d+`,
+		`(?m)^flybus top  127\.0\.0\.1:\d+  \d\d:\d\d:\d\d  rates over 0\.1s  store pool: slots \d+ \(free \d+, quarantined \d+\)`,
 		`(?m)^TOPIC +PUB/S +LAST SEQ +SUBS +RETAINED$`,
 		`(?m)^top\.frames +0\.0 +5 +1 +0 B$`,
 		`(?m)^sub-1 +caller +top\.frames +latest +0\.0 +1 +1 +3 +0 +\d`,
