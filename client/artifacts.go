@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -20,6 +19,10 @@ type guard struct {
 	refCount
 	owner   wire.OwnerID
 	release func()
+	// heldOn is the subscription whose credit the program holds through
+	// this delivery, once its message was handed out (and the subscription
+	// is watched for stalls); guarded by mu.
+	heldOn *Subscription
 	// opened are the read locations asked for when the delivery arrived
 	// (Config.OpenAhead); set by the reader before the guard is shared.
 	opened []*openedAhead
@@ -48,9 +51,39 @@ func newGuard(owner wire.OwnerID, release func()) *guard {
 }
 
 func (g *guard) drop() {
-	if g.dropRef() {
-		g.release()
+	g.mu.Lock()
+	g.refs--
+	last := g.refs == 0
+	var s *Subscription
+	if last {
+		s = g.heldOn
 	}
+	g.mu.Unlock()
+	if last {
+		g.release()
+		if s != nil {
+			s.cr.give()
+		}
+	}
+}
+
+// holdOn ties g's delivery to s's credit count; false if it is consumed or
+// tied already.
+func (g *guard) holdOn(s *Subscription) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.refs == 0 || g.heldOn != nil {
+		return false
+	}
+	g.heldOn = s
+	return true
+}
+
+// isHeldOn reports whether the program holds s's credit through g.
+func (g *guard) isHeldOn(s *Subscription) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.heldOn == s
 }
 
 // refCount counts the local handles sharing one thing (a guard's owner, a
@@ -132,14 +165,14 @@ type Artifact struct {
 	seal    *sealing
 	g       *guard
 	closed  atomic.Bool
-	cleanup runtime.Cleanup
+	cleanup handleWatch
 }
 
 // newArtifact makes a handle holding one reference on g (taken by the
 // caller).
 func (c *Client) newArtifact(ref wire.ArtifactRef, g *guard) *Artifact {
 	a := &Artifact{c: c, ref: ref, g: g}
-	a.cleanup = watch(c, a, "Artifact", g.drop)
+	a.cleanup = watch(c, a, "Artifact", g, g.drop)
 	return a
 }
 

@@ -3,7 +3,6 @@ package client
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"sync/atomic"
 
 	json "github.com/goccy/go-json"
@@ -204,7 +203,7 @@ type delivered struct {
 	what    string // "message", "request", "result"
 	g       *guard
 	closed  atomic.Bool
-	cleanup runtime.Cleanup
+	cleanup handleWatch
 }
 
 // live reports an error once the handle is closed.

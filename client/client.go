@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,20 @@ type Config struct {
 	// the round trip for artifacts that are never viewed; a slot the
 	// connection keeps mapped (pool mode) needs none [false].
 	OpenAhead bool
+	// HeldCreditsWarnAfter is how long the program may hold all of a
+	// subscription's in-flight credits (messages taken and not closed, with
+	// any artifact, view or reader taken from them) before the client logs
+	// a warning and counts it in Stats().StalledSubscriptions: such a
+	// subscription receives nothing more, and a forgotten Close is the
+	// usual cause. One warning per episode, which ends when a message is
+	// closed [5s; negative: never].
+	HeldCreditsWarnAfter time.Duration
+	// TrackHandles records where the program got each handle that must be
+	// closed (the first caller outside this package), and names those
+	// places in the stalled-subscription and collected-without-Close
+	// warnings. It costs a stack walk per handle; for finding a missing
+	// Close. Also set by the environment variable FLYBUS_TRACK_HANDLES=1.
+	TrackHandles bool
 }
 
 // Info describes the negotiated session.
@@ -106,6 +121,8 @@ type Client struct {
 	leaks         atomic.Uint64
 	slots         slotCache     // pool mode: one mapping per viewed slot
 	ahead         ahead         // allocations prepared ahead (Config.AllocateAhead)
+	handles       openHandles   // owning handles open (and where made, when tracking)
+	stall         stallWatch    // Config.HeldCreditsWarnAfter
 	artifactOpens atomic.Uint64 // artifact.open round trips
 	openedAhead   atomic.Uint64 // views served by an open sent ahead
 	maps, unmaps  atomic.Uint64 // per-view mappings
@@ -171,9 +188,21 @@ func Connect(ctx context.Context, nc net.Conn, cfg Config) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if os.Getenv("FLYBUS_TRACK_HANDLES") == "1" {
+		cfg.TrackHandles = true
+	}
 	c := &Client{cfg: cfg, nc: nc, waiters: map[uint64]*waiter{}, services: map[string]*Service{},
 		calls: map[wire.CallID]*PendingCall{}, subs: map[wire.SubID]*Subscription{}, kick: make(chan struct{}, 1),
 		done: make(chan struct{}), closed: make(chan struct{})}
+	switch {
+	case cfg.HeldCreditsWarnAfter == 0:
+		c.stall.after = defaultHeldCreditsWarnAfter
+	case cfg.HeldCreditsWarnAfter > 0:
+		c.stall.after = cfg.HeldCreditsWarnAfter
+	}
+	if cfg.TrackHandles {
+		c.handles.track, c.handles.recs = true, map[*handleRec]struct{}{}
+	}
 	c.wg.Add(2)
 	go c.readLoop()
 	go c.writeLoop()
@@ -319,6 +348,7 @@ func (c *Client) fail(err error) {
 	c.mu.Unlock()
 	c.nc.Close()
 	c.wakeWriter()
+	c.stopStallChecks()
 	lostErr := lostError(err)
 	for _, w := range waiters {
 		w.settle(lostErr)

@@ -11,5 +11,9 @@
 // credit it holds) is consumed when all of them are closed. Errors tell
 // apart a closed handle (ErrHandleClosed), a closed client (ErrClosed) and
 // a lost router (wire.ErrRouterLost). A handle garbage-collected without
-// Close is released by a safety net and counted in Stats().Leaked.
+// Close is released by a safety net and counted in Stats().Leaked. A
+// subscription whose in-flight credits the program has held unconsumed for
+// longer than Config.HeldCreditsWarnAfter is logged at once, without
+// waiting for a collection; Config.TrackHandles (or FLYBUS_TRACK_HANDLES=1)
+// makes both warnings say where the open handles were taken.
 package client

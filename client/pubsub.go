@@ -108,6 +108,7 @@ type Subscription struct {
 	incarnation wire.TopicInc
 
 	in     inbox[*Message]
+	cr     credits // held by the program, for Config.HeldCreditsWarnAfter
 	mu     sync.Mutex
 	reason string // why the router ended it, if it did
 	closed atomic.Bool
@@ -119,6 +120,9 @@ func (c *Client) Subscribe(ctx context.Context, topic string, cfg SubscriptionCo
 		cfg = Latest()
 	}
 	s := &Subscription{c: c, topic: topic, in: newInbox[*Message]()}
+	if c.stall.after > 0 {
+		s.cr.limit = cfg.inFlight
+	}
 	var ok wire.SubscribeOK
 	register := func() {
 		s.id, s.incarnation = ok.SubscriptionID, ok.TopicIncarnation
@@ -149,7 +153,11 @@ func (s *Subscription) TryNext() (*Message, bool) {
 	if s.closed.Load() {
 		return nil, false
 	}
-	return s.in.tryNext()
+	m, ok := s.in.tryNext()
+	if ok {
+		s.handOut(m)
+	}
+	return m, ok
 }
 
 // Next waits for the next message. Close every message: that consumes its
@@ -160,7 +168,11 @@ func (s *Subscription) Next(ctx context.Context) (*Message, error) {
 	if s.closed.Load() {
 		return nil, closedHandle("subscription", ErrSubscriptionClosed)
 	}
-	return s.in.next(ctx)
+	m, err := s.in.next(ctx)
+	if err == nil {
+		s.handOut(m)
+	}
+	return m, err
 }
 
 // Receive hands each message to handle, in order, and closes it when
@@ -223,7 +235,7 @@ func (c *Client) onMessage(w *wire.TopicMessage, arts attachSet) error {
 	m := &Message{DeliveryID: w.DeliveryID, SubscriptionID: w.SubscriptionID, Topic: w.Topic,
 		TopicIncarnation: w.TopicIncarnation, TopicSequence: w.TopicSequence, Replaced: w.Replaced,
 		Payload: w.Payload.Clone(), delivery: delivery{c: c, d: delivered{what: "message", g: g}, arts: arts}}
-	m.d.cleanup = watch(c, m, "Message", g.drop)
+	m.d.cleanup = watch(c, m, "Message", g, g.drop)
 	c.mu.Lock()
 	s := c.subs[w.SubscriptionID]
 	c.mu.Unlock()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"sync/atomic"
 )
 
@@ -16,7 +15,7 @@ type ArtifactReader struct {
 	size    int64
 	g       *guard
 	closed  atomic.Bool
-	cleanup runtime.Cleanup
+	cleanup handleWatch
 }
 
 // ReaderAt opens the artifact for positioned reads; close it when done.
@@ -27,7 +26,7 @@ func (a *Artifact) ReaderAt(ctx context.Context) (*ArtifactReader, error) {
 	}
 	r := &ArtifactReader{f: f, size: int64(a.ref.ByteLength), g: a.g}
 	g := a.g
-	r.cleanup = watch(a.c, r, "ArtifactReader", func() { f.Close(); g.drop() })
+	r.cleanup = watch(a.c, r, "ArtifactReader", g, func() { f.Close(); g.drop() })
 	return r, nil
 }
 

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -109,7 +108,11 @@ func (s *Service) Next(ctx context.Context) (*Request, error) {
 	if s.closed.Load() {
 		return nil, closedHandle("service")
 	}
-	return s.in.next(ctx)
+	req, err := s.in.next(ctx)
+	if err == nil {
+		s.c.handles.handedOut(req.d.cleanup.rec)
+	}
+	return req, err
 }
 
 // Serve hands each request to handle, in arrival order, and closes it when
@@ -146,7 +149,7 @@ func (c *Client) onRequest(r *wire.Request, arts attachSet) error {
 	req := &Request{Method: r.Method, Payload: r.Payload.Clone(), Caller: r.Caller,
 		CallID: r.CallID, DeliveryID: r.DeliveryID, ServiceIncarnation: r.ServiceIncarnation,
 		delivery: delivery{c: c, d: delivered{what: "request", g: g}, arts: arts}, rc: rc}
-	req.d.cleanup = watch(c, req, "Request", func() { g.drop(); rc.drop() })
+	req.d.cleanup = watch(c, req, "Request", g, func() { g.drop(); rc.drop() })
 	if s == nil || !s.in.push(req) {
 		req.Close() // nobody will serve it: consume and give up the reply
 	}
@@ -237,7 +240,7 @@ func (r *Request) Responder() *Responder {
 		p.closed.Store(true)
 		return p
 	}
-	p.cleanup = watch(r.c, p, "Responder", r.rc.drop)
+	p.cleanup = watch(r.c, p, "Responder", nil, r.rc.drop)
 	return p
 }
 
@@ -254,7 +257,7 @@ func (r *Request) Close() error {
 type Responder struct {
 	rc      *replyCap
 	closed  atomic.Bool
-	cleanup runtime.Cleanup
+	cleanup handleWatch
 }
 
 // Reply answers the call; see Request.Reply.
@@ -348,8 +351,9 @@ func (p *PendingCall) Result(ctx context.Context) (*Result, error) {
 	if p.closed {
 		return nil, closedHandle("pending call")
 	}
-	if p.res != nil {
+	if p.res != nil && !p.taken {
 		p.taken = true
+		p.c.handles.handedOut(p.res.d.cleanup.rec)
 	}
 	return p.res, p.err
 }
@@ -484,7 +488,7 @@ func (c *Client) onResult(r *wire.Result, arts attachSet) error {
 	res := &Result{CallID: r.CallID, DeliveryID: r.DeliveryID, Responder: r.Responder,
 		ServiceIncarnation: r.ServiceIncarnation, Outcome: r.Outcome.Clone(),
 		delivery: delivery{c: c, d: delivered{what: "result", g: g}, arts: arts}}
-	res.d.cleanup = watch(c, res, "Result", g.drop)
+	res.d.cleanup = watch(c, res, "Result", g, g.drop)
 	if p == nil {
 		res.Close() // nobody waits: consume it
 		return nil

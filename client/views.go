@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"runtime"
 	"sync/atomic"
 
 	"github.com/flybus/flybus/mmap"
@@ -57,7 +56,7 @@ func (a *Artifact) View(ctx context.Context) (*ArtifactView, error) {
 	}
 	v := &ArtifactView{m: m, g: a.g, c: a.c}
 	g := a.g
-	v.cleanup = watch(a.c, v, "ArtifactView", func() { m.Close(); c.unmaps.Add(1); g.drop() })
+	v.cleanup = watch(a.c, v, "ArtifactView", g, func() { m.Close(); c.unmaps.Add(1); g.drop() })
 	return v, nil
 }
 
@@ -66,7 +65,7 @@ func (a *Artifact) View(ctx context.Context) (*ArtifactView, error) {
 func (a *Artifact) cachedView(sm *slotMap, size int) *ArtifactView {
 	c, g := a.c, a.g
 	v := &ArtifactView{sm: sm, data: sm.r.Bytes()[:size:size], g: g, c: c}
-	v.cleanup = watch(c, v, "ArtifactView", func() { c.slots.release(sm); g.drop() })
+	v.cleanup = watch(c, v, "ArtifactView", g, func() { c.slots.release(sm); g.drop() })
 	return v
 }
 
@@ -79,7 +78,7 @@ type ArtifactView struct {
 	c       *Client
 	g       *guard
 	closed  atomic.Bool
-	cleanup runtime.Cleanup
+	cleanup handleWatch
 }
 
 // Bytes is the artifact's content, valid until Close. Never write to it.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"sync"
 
 	"github.com/flybus/flybus/mmap"
@@ -67,8 +66,8 @@ func (a Artifacts) Allocate(ctx context.Context, n int64, contentType string) (*
 	w := &ArtifactWriter{c: c, alloc: ok.Allocation, size: n, contentType: contentType, st: st,
 		storeID: ok.WriteLocation.StoreID}
 	owner := ok.OwnerID
-	w.cleanup = watch(c, w, "ArtifactWriter", func() {
-		if st.finish() == nil {
+	w.cleanup = watch(c, w, "ArtifactWriter", nil, func() {
+		if ended, _ := st.end(false); ended {
 			c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{owner}})
 		}
 	})
@@ -98,7 +97,7 @@ type ArtifactWriter struct {
 	contentType string
 	storeID     wire.StoreID
 	st          *writerState
-	cleanup     runtime.Cleanup
+	cleanup     handleWatch
 }
 
 // writerState is what a writer holds open, apart from the writer so that
@@ -180,29 +179,57 @@ func (w *ArtifactWriter) Bytes() ([]byte, error) {
 	return st.m.Bytes(), nil
 }
 
-// finish closes the mapping and the descriptor, so that the router's seal
-// can prove no writer remains and move no bytes. sealing marks how the
-// writer ended, for the errors of later use.
-func (st *writerState) finish() error { return st.end(false) }
-
-func (st *writerState) end(sealing bool) error {
+// end ends the writer's writable lifetime: it closes the mapping and the
+// descriptor, so that the router's seal can prove no writer remains and
+// move no bytes. ended is false when the writer had ended before (err then
+// says how); otherwise err is what closing returned, and the caller owns
+// the writer's id either way. sealing marks how the writer ended, for the
+// errors of later use: a writer that could not close is not sealed.
+func (st *writerState) end(sealing bool) (ended bool, err error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.done {
-		return st.doneErr()
+		return false, st.doneErr()
 	}
-	st.done, st.sealed = true, sealing
+	st.done = true
 	var errs []error
 	if st.m != nil {
 		errs = append(errs, st.m.Close())
 		st.m = nil
 	}
 	errs = append(errs, st.f.Close())
-	return errors.Join(errs...)
+	err = errors.Join(errs...)
+	st.sealed = sealing && err == nil
+	return true, err
+}
+
+// endForSeal ends the writer before its seal. If the staging file could
+// not be closed, the writer is abandoned instead (a mapping that may
+// remain must not be sealed) and the error says so.
+func (w *ArtifactWriter) endForSeal() error {
+	ended, err := w.st.end(true)
+	if !ended {
+		return err
+	}
+	if err != nil {
+		w.abandon()
+		return fmt.Errorf("flybus: the artifact was not sealed and its allocation was released: "+
+			"the writer could not close its staging file: %w", err)
+	}
+	return nil
+}
+
+// abandon gives the writer's id back (the router collects the staging
+// file) and disarms the safety net, once the writer has ended.
+func (w *ArtifactWriter) abandon() {
+	w.cleanup.Stop()
+	w.c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{w.alloc.OwnerID}})
 }
 
 // Seal makes the bytes immutable and returns the artifact, held by the
-// writer's id (now an explicit hold).
+// writer's id (now an explicit hold). If the writer cannot close its
+// staging file, nothing is sealed: the allocation is released and the error
+// returned.
 func (w *ArtifactWriter) Seal(ctx context.Context) (*Artifact, error) {
 	return w.seal(ctx, wire.Opt[wire.Digest]{})
 }
@@ -218,7 +245,7 @@ func (w *ArtifactWriter) SealWithDigest(ctx context.Context, hexDigest string) (
 }
 
 func (w *ArtifactWriter) seal(ctx context.Context, digest wire.Opt[wire.Digest]) (*Artifact, error) {
-	if err := w.st.end(true); err != nil {
+	if err := w.endForSeal(); err != nil {
 		return nil, err
 	}
 	w.cleanup.Stop() // the seal settles the writer's id, whatever its outcome
@@ -260,7 +287,8 @@ func (w *ArtifactWriter) seal(ctx context.Context, digest wire.Opt[wire.Digest])
 // Until the seal is answered the artifact's reference is the one the seal
 // is expected to produce. Ref, View, ReaderAt, ReadAll and Retain wait for
 // the answer; Sealed waits and reports the seal's outcome. Close the
-// artifact as one returned by Seal.
+// artifact as one returned by Seal. A writer that cannot close its staging
+// file fails as it does in Seal.
 func (w *ArtifactWriter) SealNoWait() (*Artifact, error) {
 	return w.sealNoWait(wire.Opt[wire.Digest]{})
 }
@@ -275,7 +303,7 @@ func (w *ArtifactWriter) SealNoWaitWithDigest(hexDigest string) (*Artifact, erro
 }
 
 func (w *ArtifactWriter) sealNoWait(digest wire.Opt[wire.Digest]) (*Artifact, error) {
-	if err := w.st.end(true); err != nil {
+	if err := w.endForSeal(); err != nil {
 		return nil, err
 	}
 	w.cleanup.Stop() // the artifact's guard owns the writer's id from here
@@ -314,13 +342,14 @@ type sealing struct {
 	err  error            // set before done closes
 }
 
-// Close abandons an unsealed writer: the staging file is collected.
-// Idempotent; a no-op after Seal.
+// Close abandons an unsealed writer: the staging file is collected. The
+// allocation is released even when unmapping or closing the staging file
+// fails; that error is returned. Idempotent; a no-op after Seal.
 func (w *ArtifactWriter) Close() error {
-	if err := w.st.finish(); err != nil {
+	ended, err := w.st.end(false)
+	if !ended {
 		return nil
 	}
-	w.cleanup.Stop()
-	w.c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{w.alloc.OwnerID}})
-	return nil
+	w.abandon()
+	return err
 }

@@ -149,7 +149,10 @@ func TestFaultSenderDropsAfterAdmission(t *testing.T) {
 		// Both senders drop with every handle still open.
 		cut(pub, pubNC)
 		cut(caller, callerNC)
-		settle(t, h, "the senders' connections to go", func(s router.Stats) bool { return s.Connections == 2 })
+		// Queued too: what the drops queued on the survivors' control lanes
+		// (the service hears its dispatched call's caller went) is written
+		// by their writers a moment later; a call left queued never goes.
+		settle(t, h, "the senders' connections to go", func(s router.Stats) bool { return s.Connections == 2 && s.Queued == 0 })
 		// What the senders held is gone, and so is the undispatched call;
 		// left is one root for the subscriber's delivery and one for the
 		// dispatched request.
