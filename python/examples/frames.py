@@ -8,7 +8,7 @@ Python viewer read every one through a view and a Go subscriber
 sides, and prints one line per step. Exits 0 when every frame arrived
 whole on both sides and the router collected every artifact.
 
-    python3 python/examples/frames.py --flybus /tmp/flybus [--store-mode pool]
+    python3 python/examples/frames.py --flybus /tmp/flybus [--store-mode files]
 """
 
 import argparse
@@ -45,7 +45,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--flybus", required=True, help="the flybus executable to run the router with")
     ap.add_argument("--frames", type=int, default=60, help="how many frames (default 60)")
-    ap.add_argument("--store-mode", default="files", choices=["files", "pool"], help="the router's store mode")
+    ap.add_argument("--store-mode", default="pool", choices=["files", "pool"],
+                    help="the router's store mode (default pool)")
     args = ap.parse_args()
     ok = True
     with tempfile.TemporaryDirectory(prefix="flybus-frames-") as d:

@@ -43,13 +43,18 @@ def goservice_binary():
 
 
 class Router:
-    """flybus serve --open on a socket in a fresh directory."""
+    """flybus serve --open on a socket in a fresh directory, or, given dir,
+    in the directory of a router that has ended: the new one runs on the
+    same store root (sweeping what a killed router left there)."""
 
-    def __init__(self, store_mode="files"):
-        self.dir = tempfile.mkdtemp(prefix="flybus-py-")
+    def __init__(self, store_mode="pool", dir=None):
+        self.mode = store_mode
+        self.dir = dir or tempfile.mkdtemp(prefix="flybus-py-")
         os.chmod(self.dir, 0o700)
         self.store = os.path.join(self.dir, "store")
         self.socket = os.path.join(self.dir, "bus.sock")
+        if dir is not None and os.path.exists(self.socket):
+            os.unlink(self.socket)  # left by a router that was killed
         self.proc = subprocess.Popen(
             [flybus_binary(), "serve", "--open", "--store", self.store, "--store-mode", store_mode,
              "--listen", self.socket, "--log-format", "json"],
@@ -73,10 +78,20 @@ class Router:
             raise RuntimeError("goservice did not start: " + p.stderr.read())
         return p
 
-    def stop(self):
+    def stop(self, keep_dir=False):
+        """Shuts the router down (SIGTERM) and removes its directory, unless
+        keep_dir: a successor is to run on the same store root."""
         if self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(30)
         self.proc.stdout.close()
         self.proc.stderr.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if not keep_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def kill(self):
+        """Kills the router (SIGKILL): it cleans nothing up. The directory
+        stays for a successor; stop() it still to remove it."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)

@@ -10,6 +10,11 @@ cannot outlive the artifact: leaving the view while the program still
 holds a slice of it, or an array made from it, raises BufferError and
 keeps the artifact owned.
 
+A view stays mapped until the program closes it, also after its client
+has closed or lost its connection: the router keeps the bytes it shows
+(files mode unlinks the file, pool mode retires the slot rather than
+reusing it), so it never shows a later artifact's bytes.
+
 In files mode every view maps the file of its own. In pool mode, from
 Python 3.12, a view is a slice of a mapping the client keeps per slot
 (_slots.py says how that stays safe); before 3.12 it maps the slot of its
@@ -58,13 +63,18 @@ class Closing:
 class Owning(Closing):
     """A handle on something the router keeps for it (a delivery, a hold, a
     reply capability): close releases it once, whichever thread closes and
-    however often, and watch() releases it if the program forgets."""
+    however often, and watch() releases it if the program forgets. It
+    counts among the client's open handles under owner (the id of what it
+    holds) from now, or, unless opened, from when the program gets it
+    (self._handle is then opened)."""
 
-    def _own(self, client, what, release):
+    def _own(self, client, what, release, owner, opened=True):
         self._closed = False
         self._lock = threading.Lock()
-        self._release = release
-        self._net = watch(client, self, what, release)
+        handles = client._handles
+        h = self._handle = handles.new(what, owner, opened)
+        self._release = lambda: (handles.close(h), release())
+        self._net = watch(client, self, what, self._release)
 
     def close(self):
         with self._lock:
@@ -83,6 +93,9 @@ class _Guard:
         self.owner, self._release = owner, release
         self._refs = 1
         self._lock = threading.Lock()
+        # Called after the release, if set: a subscription's credit coming
+        # back (set before the program can drop the last handle).
+        self.after = None
 
     def add(self):
         with self._lock:
@@ -97,6 +110,8 @@ class _Guard:
             last = self._refs == 0
         if last:
             self._release()
+            if self.after is not None:
+                self.after()
 
 
 def _open_beneath(root, store_id, rel_path, flags):
@@ -139,8 +154,10 @@ class ArtifactWriter(Closing):
         self._done = False
         self._lock = threading.Lock()
         fd, owner = self._fd, self.owner
-        self._net = watch(client, self, "ArtifactWriter",
-                          lambda: (os.close(fd), client._fire("artifact.release", {"ownerIds": [owner]})))
+        handles = client._handles
+        h = self._handle = handles.new("ArtifactWriter", owner)
+        self._net = watch(client, self, "ArtifactWriter", lambda: (
+            handles.close(h), os.close(fd), client._fire("artifact.release", {"ownerIds": [owner]})))
 
     def _live(self):
         if self._done:
@@ -178,6 +195,7 @@ class ArtifactWriter(Closing):
                 self._map = None
             self._done = True
             self._net.detach()
+            self._client._handles.close(self._handle)
             os.close(self._fd)
 
     def seal(self, digest=None, timeout=10.0):
@@ -208,7 +226,7 @@ class Artifact(Owning):
 
     def __init__(self, client, ref, guard):
         self._client, self.ref, self._guard = client, ref, guard
-        self._own(client, "Artifact", guard.drop)
+        self._own(client, "Artifact", guard.drop, guard.owner)
 
     @property
     def owner(self):
@@ -268,7 +286,7 @@ class View:
     def __init__(self, artifact, timeout):
         self._artifact, self._timeout = artifact, timeout
         self._map = self._mv = self._slot = self._exp = None
-        self._net = None
+        self._net = self._handle = None
 
     def __enter__(self):
         a = self._artifact
@@ -276,6 +294,7 @@ class View:
         try:
             if a.size == 0:
                 self._mv = memoryview(b"")
+                self._handle = a._client._handles.new("View", a.owner)
                 return self._mv
             cache = a._client._slots
             if cache is not None:
@@ -299,7 +318,9 @@ class View:
             raise
         self._mv = memoryview(self._map)
         m, g = self._map, a._guard
-        self._net = watch(a._client, self, "View", lambda: (_unmap(m), g.drop()))
+        handles = a._client._handles
+        h = self._handle = handles.new("View", g.owner)
+        self._net = watch(a._client, self, "View", lambda: (handles.close(h), _unmap(m), g.drop()))
         return self._mv
 
     def _cached(self, cache, s):
@@ -309,7 +330,9 @@ class View:
         # The safety net watches the exporter, not the view: it is collected
         # only once nothing the program made from the view is left.
         exp, g = self._exp, a._guard
-        self._net = watch(a._client, exp, "View", lambda: (cache.release(s), g.drop()))
+        handles = a._client._handles
+        h = self._handle = handles.new("View", g.owner)
+        self._net = watch(a._client, exp, "View", lambda: (handles.close(h), cache.release(s), g.drop()))
         return self._mv
 
     def __exit__(self, *exc):
@@ -338,9 +361,11 @@ class View:
                               "drop them, then close the view again; the artifact stays owned meanwhile") from None
         if self._net is not None:
             self._net.detach()
+        if self._handle is not None:
+            self._artifact._client._handles.close(self._handle)
         if self._slot is not None:
             self._artifact._client._slots.release(self._slot)
-        self._mv = self._map = self._slot = self._exp = None
+        self._mv = self._map = self._slot = self._exp = self._handle = None
         self._artifact._guard.drop()
 
 

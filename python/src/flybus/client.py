@@ -10,17 +10,23 @@ cancelling anything.
 """
 
 import collections
+import logging
 import os
 import secrets
 import socket
 import threading
 
-from . import _slots, _wire
+from . import _handles, _slots, _wire
 from .artifacts import Artifact, ArtifactWriter, Closing, Owning, _Guard
 from ._contract import CONTRACT_DIGEST
 from .errors import BusError, ClosedError, FlybusError, ProtocolError, SubscriptionClosed
 
+_log = logging.getLogger("flybus")
+
 _DEFAULT_TIMEOUT = 10.0
+
+# The client's own counters, in stats() from zero.
+_COUNTERS = ("leaked", "control_errors", "stalled_subscriptions")
 
 
 class _Waiter:
@@ -67,13 +73,23 @@ class _Queue:
             raise self._closed
 
 
-def connect(path, client_id, store_root=None, client_incarnation=None, timeout=_DEFAULT_TIMEOUT, map_per_view=False):
+def connect(path, client_id, store_root=None, client_incarnation=None, timeout=_DEFAULT_TIMEOUT, map_per_view=False,
+            track_handles=False, held_warn_after=5.0):
     """Connects to the router listening on the Unix socket at path and says
     hello. The router's contract digest must equal this package's.
 
     From a pooled store on Python 3.12 or later, views are slices of a
     mapping the client keeps per slot; map_per_view=True maps every view of
-    its own instead (as files mode and older Pythons always do)."""
+    its own instead (as files mode and older Pythons always do).
+
+    A subscription whose in-flight deliveries the program has all held
+    unconsumed for held_warn_after seconds (a message or view it forgot to
+    close) gets no more messages: the client logs a warning on the
+    "flybus" logger, once until a delivery is consumed, and counts it in
+    stats()["stalled_subscriptions"]. 0 turns that off. track_handles=True
+    (or FLYBUS_TRACK_HANDLES=1 in the environment) has every handle record
+    where the program made it, and the warning name those places; it costs
+    a look at the stack per handle."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(timeout)
@@ -82,13 +98,15 @@ def connect(path, client_id, store_root=None, client_incarnation=None, timeout=_
     except BaseException:
         sock.close()
         raise
-    return Client(sock, client_id, store_root, client_incarnation, timeout, map_per_view)
+    return Client(sock, client_id, store_root, client_incarnation, timeout, map_per_view,
+                  track_handles=track_handles, held_warn_after=held_warn_after)
 
 
 class Client(Closing):
     """A connection to a router. Use it as a context manager, or close it."""
 
-    def __init__(self, sock, client_id, store_root, client_incarnation, timeout, map_per_view=False):
+    def __init__(self, sock, client_id, store_root, client_incarnation, timeout, map_per_view=False, *,
+                 track_handles=False, held_warn_after=5.0):
         self._sock = sock
         self._reader = _wire.FrameReader(sock)
         self._lock = threading.Lock()
@@ -103,7 +121,11 @@ class Client(Closing):
         self._lost = None
         self._closing = False
         self._closed_code = None
-        self._stats = collections.Counter()
+        self._stats = dict.fromkeys(_COUNTERS, 0)
+        self._handles = _handles.HandleTable(track_handles or _handles.tracking_from_env())
+        self._watchdog = None
+        if held_warn_after and held_warn_after > 0:
+            self._watchdog = _handles.Watchdog(held_warn_after, self._stalled, f"flybus-watchdog-{client_id}")
         self._slots = _slots.SlotCache() if _slots.CAN_COUNT_EXPORTS and not map_per_view else None
         self.store_root = store_root
         self.client_id = client_id
@@ -163,9 +185,12 @@ class Client(Closing):
             self._slots.close()  # views still open keep their slot mapped
 
     def stats(self):
-        """Counters of what the client did on the program's behalf, and, with
-        cached slot mappings, the cache's: slots mapped now, views served
-        from it, slots mapped and unmapped."""
+        """Counters of what the client did on the program's behalf, zeros
+        included: handles collected unclosed ("leaked"), fire-and-forget
+        commands the router refused ("control_errors"), warnings of
+        subscriptions stalled by held deliveries ("stalled_subscriptions");
+        and, with cached slot mappings, the cache's: slots mapped now, views
+        served from it, slots mapped and unmapped."""
         with self._lock:
             out = dict(self._stats)
         if self._slots is not None:
@@ -183,6 +208,8 @@ class Client(Closing):
             subs, self._subs = self._subs, {}
             services, self._services = self._services, {}
             calls, self._calls = self._calls, {}
+        if self._watchdog is not None:
+            self._watchdog.stop()
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -253,6 +280,31 @@ class Client(Closing):
     def _count(self, key, n=1):
         with self._lock:
             self._stats[key] += n
+
+    def _stalled(self, credits, held_for):
+        """The watchdog's warning: credits' subscription has held all its
+        in-flight deliveries for held_for seconds. The record also carries
+        the parts as attributes (subscription, topic, credits, handles,
+        client, and sites or a hint)."""
+        if self._lost is not None:
+            return
+        with credits.lock:
+            held = set(credits.held)
+        # Counted first: a handler that sees the record finds it counted.
+        self._count("stalled_subscriptions")
+        open_handles = self._handles.count()
+        extra = {"subscription": credits.sub_id, "topic": credits.topic, "credits": len(held),
+                 "handles": open_handles, "client": self.client_id}
+        sites = ""
+        if self._handles.track:
+            extra["sites"] = "; ".join(self._handles.sites(held))
+            sites = "; created at: " + (extra["sites"] or "an unknown place")
+        else:
+            extra["hint"] = (f"set {_handles.ENV_TRACK}=1 (or connect(track_handles=True)) to log where the "
+                             "handles holding them were made")
+        _log.warning("flybus: subscription %s on topic %s has held all %d in-flight credits unconsumed for %s; "
+                     "%d handles are open%s", credits.sub_id, credits.topic, len(held),
+                     _handles.go_duration(held_for), open_handles, sites, extra=extra)
 
     # ---- reading -----------------------------------------------------
 
@@ -329,6 +381,7 @@ class Client(Closing):
             with self._lock:
                 s = self._subs.pop(body["subscriptionId"], None)
             if s is not None:
+                s._unwatch()
                 err = SubscriptionClosed(f"the router closed subscription {s.id} of {s.topic}: {body['reason']}")
                 err.reason = body["reason"]
                 for m in s._queue.close(err):
@@ -424,12 +477,16 @@ class Client(Closing):
             queued = 1 if mode == "latest" else lim["maxBoundedQueued"]
         if in_flight is None:
             in_flight = lim["maxLatestInFlight"] if mode == "latest" else lim["maxBoundedInFlight"]
-        sub = Subscription(self, topic)
+        sub = Subscription(self, topic, in_flight)
         body = {"topic": topic, "mode": mode, "maxQueued": queued, "maxInFlight": in_flight, "replayLatest": replay}
+
         def known(v):
             sub.id, sub.topic_incarnation = v["subscriptionId"], v["topicIncarnation"]
+            sub._credits.sub_id = sub.id
             with self._lock:
                 self._subs[sub.id] = sub
+            if self._watchdog is not None:
+                self._watchdog.watch(sub._credits)
 
         # The reader registers the subscription before its first delivery;
         # subscribed after the caller gave up, nobody will read it.
@@ -505,7 +562,11 @@ class _Delivery(Owning):
         self._client, self.delivery_id = client, delivery_id
         self._attachments = attachments
         self._guard = _Guard(delivery_id, lambda: client._consume(delivery_id))
-        self._own(client, type(self).__name__, self._release_fn())
+        # Counted open once the program has it (_handed_out).
+        self._own(client, type(self).__name__, self._release_fn(), delivery_id, opened=False)
+
+    def _handed_out(self):
+        self._client._handles.open(self._handle)
 
     def _release_fn(self):
         return self._guard.drop
@@ -548,7 +609,9 @@ class _Stream(Closing):
         self._closed = False
 
     def next(self, timeout=None):
-        return self._queue.next(timeout)
+        d = self._queue.next(timeout)
+        d._handed_out()
+        return d
 
     def __iter__(self):
         while True:
@@ -561,15 +624,32 @@ class _Stream(Closing):
 class Subscription(_Stream):
     """One topic's messages: iterate, or next(timeout=)."""
 
-    def __init__(self, client, topic):
+    def __init__(self, client, topic, in_flight):
         super().__init__(client)
         self.topic = topic
         self.id = self.topic_incarnation = None
+        w = client._watchdog
+        self._credits = _handles.Credits(in_flight, w.poke if w is not None else None)
+        self._credits.topic = topic
+
+    def next(self, timeout=None):
+        m = super().next(timeout)
+        # The message holds one of the subscription's in-flight credits
+        # until its delivery is consumed.
+        credits, delivery_id = self._credits, m.delivery_id
+        m._guard.after = lambda: credits.give_back(delivery_id)
+        credits.take(delivery_id)
+        return m
+
+    def _unwatch(self):
+        if self._client._watchdog is not None:
+            self._client._watchdog.unwatch(self._credits)
 
     def close(self, timeout=_DEFAULT_TIMEOUT):
         if self._closed:
             return
         self._closed = True
+        self._unwatch()
         with self._client._lock:
             self._client._subs.pop(self.id, None)
         for m in self._queue.close(ClosedError("subscription closed")):
@@ -660,7 +740,7 @@ class Responder(Owning):
     def __init__(self, cap):
         self._cap = cap
         self.call_id = cap.call_id
-        self._own(cap._client, "Responder", cap.drop)
+        self._own(cap._client, "Responder", cap.drop, cap.delivery_id)
 
     def reply(self, outcome, attachments=None, timeout=_DEFAULT_TIMEOUT):
         if self._closed:
@@ -724,6 +804,7 @@ class PendingCall:
             raise TimeoutError(f"{self.id} has no result yet")
         if self._error is not None:
             raise self._error
+        self._result._handed_out()
         return self._result
 
     def cancel(self, timeout=_DEFAULT_TIMEOUT):
