@@ -131,6 +131,9 @@ func (k *core) opAllocate(c *conn, env *wire.Envelope, b *wire.Allocate) *wire.B
 	if !c.hasRoom(1, k.limits.MaxOwnersPerClient-k.limits.ReservedOwnersPerClient) {
 		return wire.NewError(wire.ErrQuotaExceeded, 0, "the client holds its maxOwnersPerClient budget")
 	}
+	if k.slotShare > 0 && len(c.holds) >= k.slotShare {
+		return wire.NewError(wire.ErrQuotaExceeded, 0, "the client holds %d artifacts, its share of the store's slot files (each keeps a descriptor open)", len(c.holds))
+	}
 	a := k.artSlab.new()
 	*a = artifact{gen: 1, size: b.ByteLength, contentType: b.ContentType, state: artStaging}
 	if !k.pool {
@@ -160,12 +163,16 @@ func (k *core) addHold(c *conn, h *hold) *hold {
 
 // stagedAt completes an allocation at loc. In pool mode the artifact takes
 // its slot's id and generation here.
-func (k *core) stagedAt(e effect, loc artLoc, err error) {
+func (k *core) stagedAt(e effect, loc artLoc, full bool, err error) {
 	defer k.settle()
 	a, c := e.art, e.conn
 	if err != nil {
 		k.abandon(a)
-		k.refuseTo(c, wire.OpArtifactAllocate, e.replyTo, wire.NewError(wire.ErrStoreFailure, 0, "staging: %v", err))
+		code := wire.ErrStoreFailure
+		if full {
+			code = wire.ErrQuotaExceeded // a bound of the store's, not a failure
+		}
+		k.refuseTo(c, wire.OpArtifactAllocate, e.replyTo, wire.NewError(code, 0, "staging: %v", err))
 		return
 	}
 	if a.writer == nil || c.closing {

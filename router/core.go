@@ -34,6 +34,7 @@ type core struct {
 
 	nextConn, nextSvc, nextTop, nextSub uint64
 	pending                             int // accepted connections that have not completed hello
+	closingConns                        int // registered connections already closing: they count against no limit
 	subCount                            int
 	retainedBytes                       uint64
 	pubBytes                            []pubBytes // scratch for publish admission
@@ -41,6 +42,10 @@ type core struct {
 
 	hasStore     bool
 	pool         bool // the store reuses slots: artifact ids are slots, generations count
+	// slotShare bounds the holds (writers and retained artifacts, each
+	// keeping a slot and its descriptor) one connection may have in pool
+	// mode, a share of the store's slot bound; 0: no bound.
+	slotShare int
 	artifacts    map[wire.ArtifactID]*artifact
 	nextArtifact uint64
 	storeBytes   uint64 // staging, sealed and seal-copy reservations
@@ -180,7 +185,7 @@ func (k *core) accept(bound string) (*conn, error) {
 	if bound == "" && !k.policy.IsOpen() {
 		return nil, wire.NewError(wire.ErrNotAuthorized, 0, "unbound transports need an open policy")
 	}
-	if len(k.conns) >= k.limits.MaxClients {
+	if len(k.conns)-k.closingConns >= k.limits.MaxClients {
 		// QUOTA_EXCEEDED, not BACKPRESSURE: maxClients is a configured
 		// bound the hello reports, and BACKPRESSURE means a queue that will
 		// drain once someone reads. The shell sends it as connection.closing.
@@ -380,8 +385,16 @@ func (k *core) closeConn(c *conn, code wire.ErrorCode, msg string) {
 	cc := wire.ConnectionClosing{Code: code, Message: msg}
 	k.buf = cc.AppendJSON(k.buf[:0])
 	k.pushControl(c, wire.KindNotice, wire.OpConnectionClosing, wire.Opt[wire.MsgID]{}, k.buf, true)
-	c.closing = true
+	k.markClosing(c)
 	k.release(c)
+}
+
+// markClosing marks c closing. From now on it counts against maxClients no
+// more: an evicted connection waiting for its goodbye to be written must
+// not keep a prompt client out.
+func (k *core) markClosing(c *conn) {
+	c.closing = true
+	k.closingConns++
 }
 
 // shutdown closes every connection. All of them are marked closing before
@@ -399,7 +412,7 @@ func (k *core) shutdown() {
 		cc := wire.ConnectionClosing{Code: wire.ErrRouterLost, Message: "router shutting down"}
 		k.buf = cc.AppendJSON(k.buf[:0])
 		k.pushControl(c, wire.KindNotice, wire.OpConnectionClosing, wire.Opt[wire.MsgID]{}, k.buf, true)
-		c.closing = true
+		k.markClosing(c)
 		closing = append(closing, c)
 	}
 	for _, c := range closing {
@@ -424,9 +437,10 @@ func (k *core) drop(c *conn) {
 		return
 	}
 	if !c.closing {
-		c.closing = true
+		k.markClosing(c)
 		k.release(c)
 	}
+	k.closingConns--
 	c.gone = true
 	c.control, c.ctrlHead, c.results = nil, 0, nil
 	delete(k.conns, c.id)

@@ -132,12 +132,18 @@ func flybusBinary(t *testing.T, dir string) string {
 // is killed at cleanup if the test has not reaped it.
 func serveChild(t *testing.T, bin, root, sock string, flags ...string) (*exec.Cmd, string) {
 	t.Helper()
+	return startServe(t, exec.Command(bin, append([]string{"serve", "--open", "--store", root, "--listen", sock}, flags...)...))
+}
+
+// startServe starts cmd, a flybus serve however launched, and waits for
+// its ready line.
+func startServe(t *testing.T, cmd *exec.Cmd) (*exec.Cmd, string) {
+	t.Helper()
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var stderr bytes.Buffer
-	cmd := exec.Command(bin, append([]string{"serve", "--open", "--store", root, "--listen", sock}, flags...)...)
 	cmd.Stdout, cmd.Stderr = pw, &stderr
 	err = cmd.Start()
 	pw.Close() // the child has its own copy

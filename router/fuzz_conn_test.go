@@ -174,6 +174,7 @@ func pristineCore(r *Router, rid wire.RouterID, sid wire.StoreID) *core {
 	k := newCore(r.cfg.Limits, r.cfg.Policy, rid, sid)
 	k.hasStore = r.store != nil
 	k.pool = r.cfg.StoreMode == store.ModePool
+	k.slotShare = slotShare(r.store)
 	return k
 }
 

@@ -344,3 +344,39 @@ func TestSealOfReplacedStagingFileFails(t *testing.T) {
 		})
 	}
 }
+
+// A prompt client that arrives right behind a burst of silent connections
+// is admitted: the ones the router evicted to stay within the pending bound
+// stop counting against maxClients as they are evicted, not once their
+// goodbye has been written and their transport dropped.
+func TestPromptClientBehindABurstIsAdmitted(t *testing.T) {
+	l := wire.DefaultLimits()
+	l.MaxClients = 8
+	cfg := router.Config{Policy: router.OpenPolicy(), Limits: l, MaxPendingHello: 2, HelloTimeout: time.Minute}
+	forEachTransport(t, cfg, func(t *testing.T, h *harness) {
+		for _, id := range []string{"a", "b", "c"} {
+			h.dial(id)
+		}
+		const burst = 100
+		for range burst {
+			var nc net.Conn
+			if h.unix {
+				nc = h.conn("")
+			} else {
+				var err error
+				if nc, err = h.r.ConnectInMemory(); err != nil {
+					t.Fatalf("a connection of the burst was refused: %v", err)
+				}
+			}
+			t.Cleanup(func() { nc.Close() })
+		}
+		// At once, while most of the evicted are still registered.
+		prompt, err := client.Connect(ctxT(t), h.conn(""), client.Config{ClientID: "prompt", StoreRoot: h.root})
+		if err != nil {
+			t.Fatalf("the prompt client behind the burst: %v", err)
+		}
+		h.track(prompt)
+		barrier(t, prompt)
+		prompt.Close()
+	})
+}

@@ -173,7 +173,13 @@ func (f *frame) deliveryID() wire.DeliveryID {
 	return f.msg.DeliveryID
 }
 
+// body is the frame's body: a delivery's typed one, or the control lane's
+// encoded bytes. The kind decides, not the op: a refusal of a command that
+// named a delivery op carries that op too.
 func (f *frame) body() wire.Body {
+	if f.hdr.Kind != wire.KindDelivery {
+		return &f.raw
+	}
 	switch f.hdr.Op {
 	case wire.OpRPCRequest:
 		return &f.req

@@ -128,7 +128,18 @@ func New(cfg Config) (*Router, error) {
 	r.core.remember = cfg.RememberedClients
 	r.core.hasStore = true
 	r.core.pool = cfg.StoreMode == store.ModePool
+	r.core.slotShare = slotShare(st)
 	return r, nil
+}
+
+// slotShare is how many holds one connection may have in pool mode: a
+// quarter of the store's slot bound, so one client cannot take every
+// descriptor the store may keep.
+func slotShare(st *store.Store) int {
+	if st.Mode() != store.ModePool {
+		return 0
+	}
+	return max(4, st.MaxSlots()/4)
 }
 
 // privateStoreRoot makes a fresh 0700 directory for a router given no
@@ -253,6 +264,10 @@ func (r *Router) serve(nc net.Conn, bound string) error {
 	// waits for each. The timer counts until it fires or is stopped.
 	r.wg.Add(3)
 	r.mu.Unlock()
+	// This connection is one more waiting for hello; past the bound, the
+	// oldest of them goes now, before the next accept: in a burst, the
+	// evicted would otherwise fill maxClients before their readers ran.
+	r.step(input{kind: inPending, limit: r.maxPendingHello()})
 	sh.helloTimer = time.AfterFunc(r.cfg.HelloTimeout, sh.helloExpired)
 	go sh.readLoop()
 	go sh.writeLoop()
@@ -333,7 +348,7 @@ func (r *Router) runEffect(e effect) {
 	case effStage:
 		st, err := r.store.Stage(e.size)
 		loc := artLoc{relPath: st.RelPath, slot: st.Slot, gen: st.Generation}
-		r.step(input{kind: inStaged, eff: e, loc: loc, err: err})
+		r.step(input{kind: inStaged, eff: e, loc: loc, full: errors.Is(err, store.ErrFull), err: err})
 	case effSeal:
 		sealed, err := r.store.Seal(e.relPath, e.size, e.digest)
 		loc := artLoc{relPath: sealed.RelPath, slot: sealed.Slot, gen: sealed.Generation}

@@ -86,9 +86,6 @@ func (sh *shell) helloExpired() {
 
 func (sh *shell) readLoop() {
 	defer sh.r.wg.Done()
-	// This connection is one more waiting for hello; past the bound, the
-	// oldest of them goes.
-	sh.r.step(input{kind: inPending, limit: sh.r.maxPendingHello()})
 	fc := &frameClock{nc: sh.nc, limit: sh.r.frameTimeout()}
 	fr := wire.NewFrameReader(fc)
 	var dec wire.Decoder

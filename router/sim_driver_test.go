@@ -393,8 +393,8 @@ func (s *sim) connect() bool {
 			if be.Code != wire.ErrNotAuthorized {
 				s.fail("conns", "unbound accept under a closed policy: %v", err)
 			}
-		case be.Code != wire.ErrQuotaExceeded || len(s.k.conns) < s.lim.MaxClients:
-			s.fail("conns", "accept refused with %d of %d connections: %v", len(s.k.conns), s.lim.MaxClients, err)
+		case be.Code != wire.ErrQuotaExceeded || len(s.k.conns)-s.k.closingConns < s.lim.MaxClients:
+			s.fail("conns", "accept refused with %d of %d connections (%d closing): %v", len(s.k.conns), s.lim.MaxClients, s.k.closingConns, err)
 		}
 		s.logf("accept(%q) refused: %s", ss.bound, be.Code)
 		return true

@@ -40,8 +40,17 @@ func (s *sim) checkInvariants() {
 	want.Connections, want.Topics, want.Artifacts = len(k.conns), len(k.topics), len(k.artifacts)
 	want.StoreBytes, want.RetainedBytes, want.ConnectionsTotal = k.storeBytes, k.retainedBytes, s.accepted
 
-	if len(k.conns) > lim.MaxClients {
-		s.fail("conns", "%d connections, maxClients %d", len(k.conns), lim.MaxClients)
+	// Closing connections count against no limit: an evicted one must not
+	// keep a prompt client out while its goodbye is written.
+	closingConns := 0
+	for _, c := range k.conns {
+		closingConns += simBtoi(c.closing)
+	}
+	if closingConns != k.closingConns {
+		s.fail("conns", "%d closing connections registered, the core counts %d", closingConns, k.closingConns)
+	}
+	if len(k.conns)-closingConns > lim.MaxClients {
+		s.fail("conns", "%d connections (%d closing), maxClients %d", len(k.conns), closingConns, lim.MaxClients)
 	}
 	subCount := 0
 	for id, c := range k.conns {

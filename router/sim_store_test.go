@@ -165,6 +165,7 @@ func (s *sim) freeSlot(path string) {
 // usePool switches a new simulation to a pooled store.
 func (s *sim) usePool() {
 	s.pool, s.k.pool = true, true
+	s.k.slotShare = 5 // small enough that allocations meet it
 	s.slotSize, s.slotGen, s.freeList = map[string]uint64{}, map[string]uint64{}, map[uint64][]string{}
 }
 

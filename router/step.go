@@ -38,7 +38,8 @@ type input struct {
 	code     wire.ErrorCode
 	eff      effect
 	loc      artLoc
-	mismatch bool
+	mismatch bool // inSealed: the bytes disagree with the size or digest
+	full     bool // inStaged: a bound of the store's refused the slot
 	err      error
 	limit    int
 	frames   []frame // inPull: the destination, appended to
@@ -87,7 +88,7 @@ func (k *core) step(in input) *ready {
 			k.closeConn(c, in.code, in.msg)
 		}
 	case inStaged:
-		k.stagedAt(in.eff, in.loc, in.err)
+		k.stagedAt(in.eff, in.loc, in.full, in.err)
 	case inSealed:
 		k.sealedAt(in.eff, in.loc, in.mismatch, in.err)
 	case inHelloExpired:

@@ -304,3 +304,33 @@ func TestUnknownOpReplySpelling(t *testing.T) {
 		rawOK(t, r, wire.OpTopicDeclare, &wire.Declare{Name: "t", Retained: wire.RetainNone}, &wire.DeclareOK{})
 	})
 }
+
+// A command that names an op the router only sends (a delivery op) is
+// refused INVALID_ENVELOPE with a well-formed refusal, never answered with
+// an empty delivery body.
+func TestDeliveryOpAsCommandIsRefused(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		r := newRaw(t, h.conn(""))
+		r.hello("raw")
+		for _, op := range []wire.Op{wire.OpRPCRequest, wire.OpRPCResult, wire.OpTopicMessage} {
+			r.id++
+			id := "msg-" + wire.FormatU64(r.id)
+			r.sendBytes(frameOf(`{"protocol":"flybus","major":1,"minor":0,"id":"` + id + `","replyTo":null,"kind":"command","op":"` +
+				op.String() + `","body":{},"attachments":[]}`))
+			f, err := r.fr.ReadFrame()
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := string(f)
+			for _, want := range []string{`"kind":"reply"`, `"replyTo":"` + id + `"`, `"ok":false`, `"INVALID_ENVELOPE"`} {
+				if !strings.Contains(text, want) {
+					t.Fatalf("%s as a command: the reply %s lacks %s", op, text, want)
+				}
+			}
+			if strings.Contains(text, "deliveryId") {
+				t.Fatalf("%s as a command: the reply carries a delivery body: %s", op, text)
+			}
+		}
+		rawOK(t, r, wire.OpTopicDeclare, &wire.Declare{Name: "t", Retained: wire.RetainNone}, &wire.DeclareOK{})
+	})
+}

@@ -12,7 +12,9 @@ import (
 // slow create and fallocate outside the mutex, and reports back.
 type pool struct {
 	depth, maxSizes int
+	maxBytes        int64          // bound on the bytes of prepared files; 0: none
 	seq             *atomic.Uint64 // the store's name sequence
+	bytes           atomic.Int64   // of files prepared, being prepared or waiting to be dropped
 
 	mu      sync.Mutex
 	changed sync.Cond // broadcast when a job finishes or the pool stops
@@ -20,7 +22,7 @@ type pool struct {
 	ready   map[int64][]uint64
 	pending map[int64]int       // files being created, by size
 	owned   map[uint64]struct{} // every file the pool is making, holds or dropping
-	drop    []uint64            // prepared files of sizes no longer recent
+	drop    []job               // prepared files of sizes no longer recent
 	stopped bool
 	failed  uint64 // failed jobs, so waiters can stop waiting
 
@@ -37,10 +39,11 @@ type job struct {
 	drop bool
 }
 
-func newPool(depth, maxSizes int, seq *atomic.Uint64) *pool {
+func newPool(depth, maxSizes int, maxBytes int64, seq *atomic.Uint64) *pool {
 	p := &pool{
 		depth:    depth,
 		maxSizes: maxSizes,
+		maxBytes: maxBytes,
 		seq:      seq,
 		ready:    make(map[int64][]uint64),
 		pending:  make(map[int64]int),
@@ -66,6 +69,7 @@ func (p *pool) take(size int64) (seq uint64, ok bool) {
 		seq, ok = files[len(files)-1], true
 		p.ready[size] = files[:len(files)-1]
 		delete(p.owned, seq)
+		p.bytes.Add(-size) // the producer's now, and the router's to count
 	}
 	p.mu.Unlock()
 	select {
@@ -86,7 +90,9 @@ func (p *pool) use(size int64) {
 		if len(p.recent) == p.maxSizes {
 			i--
 			old := p.recent[i]
-			p.drop = append(p.drop, p.ready[old]...)
+			for _, seq := range p.ready[old] {
+				p.drop = append(p.drop, job{seq: seq, size: old, drop: true})
+			}
 			delete(p.ready, old)
 		} else {
 			p.recent = append(p.recent, 0)
@@ -123,12 +129,16 @@ func (p *pool) next() (job, bool) {
 		return job{}, false
 	}
 	if n := len(p.drop); n > 0 {
-		seq := p.drop[n-1]
+		j := p.drop[n-1]
 		p.drop = p.drop[:n-1]
-		return job{seq: seq, drop: true}, true
+		return j, true
 	}
 	for _, size := range p.recent {
+		if p.maxBytes > 0 && p.bytes.Load()+size > p.maxBytes {
+			continue // prepared files stay within their share of the budget
+		}
 		if len(p.ready[size])+p.pending[size] < p.depth {
+			p.bytes.Add(size)
 			p.pending[size]++
 			seq := p.seq.Add(1)
 			p.owned[seq] = struct{}{}
@@ -149,6 +159,7 @@ func (p *pool) finish(j job, err error) {
 	}
 	if j.drop {
 		delete(p.owned, j.seq)
+		p.bytes.Add(-j.size)
 		return
 	}
 	if p.pending[j.size]--; p.pending[j.size] == 0 {
@@ -157,10 +168,11 @@ func (p *pool) finish(j job, err error) {
 	switch {
 	case err != nil:
 		delete(p.owned, j.seq)
+		p.bytes.Add(-j.size)
 	case p.isRecent(j.size):
 		p.ready[j.size] = append(p.ready[j.size], j.seq)
 	default:
-		p.drop = append(p.drop, j.seq)
+		p.drop = append(p.drop, job{seq: j.seq, size: j.size, drop: true})
 	}
 }
 
@@ -203,7 +215,7 @@ func (p *pool) idle() bool {
 		return false
 	}
 	for _, size := range p.recent {
-		if len(p.ready[size]) < p.depth {
+		if len(p.ready[size]) < p.depth && (p.maxBytes == 0 || p.bytes.Load()+size <= p.maxBytes) {
 			return false
 		}
 	}

@@ -79,12 +79,7 @@ func (s *Store) Retire(relPath string, gen uint64) error {
 	if sl == nil {
 		return err
 	}
-	t := s.slots
-	t.mu.Lock()
-	t.dropLocked(sl)
-	t.mu.Unlock()
-	s.unlinkSlots([]*slot{sl})
-	s.st.slotsRetired.Add(1)
+	s.retireSlot(sl)
 	return nil
 }
 

@@ -89,9 +89,11 @@ type slotTable struct {
 	free        map[int64][]*slot   // by size, most recently freed last
 	lastUsed    map[int64]time.Time // the last Stage of each size
 	quarantined map[uint64]*slot
+	reserved    int   // slots being created, counted against maxSlots
 	bytes       int64 // every slot's size, free ones included
 	next        uint64
 	maxBytes    int64
+	maxSlots    int // each slot keeps a descriptor open: this bounds them
 	idleAfter   time.Duration
 
 	quit chan struct{}
@@ -99,16 +101,32 @@ type slotTable struct {
 }
 
 const (
-	defaultIdleAfter = 30 * time.Second
+	defaultIdleAfter = 5 * time.Second
 	slotPrefix       = "slot-"
+	minSlots         = 16
 )
 
-func newSlotTable(maxBytes int64, idleAfter time.Duration) *slotTable {
+// DefaultMaxSlots is the bound on slot files (and so on the descriptors
+// the store keeps) when Config.MaxSlots is zero: a quarter of the
+// process's descriptor limit, so that connections and everything else keep
+// the rest, and at least 16.
+func DefaultMaxSlots() int {
+	var rl unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) != nil || rl.Cur == unix.RLIM_INFINITY {
+		return 4096
+	}
+	return max(minSlots, int(min(rl.Cur/4, 1<<20)))
+}
+
+func newSlotTable(maxBytes int64, maxSlots int, idleAfter time.Duration) *slotTable {
 	if idleAfter <= 0 {
 		idleAfter = defaultIdleAfter
 	}
+	if maxSlots <= 0 {
+		maxSlots = DefaultMaxSlots()
+	}
 	return &slotTable{slots: map[uint64]*slot{}, free: map[int64][]*slot{}, lastUsed: map[int64]time.Time{},
-		quarantined: map[uint64]*slot{}, maxBytes: maxBytes, idleAfter: idleAfter,
+		quarantined: map[uint64]*slot{}, maxBytes: maxBytes, maxSlots: maxSlots, idleAfter: idleAfter,
 		quit: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -139,24 +157,43 @@ func (s *Store) stageSlot(size int64) (Staging, error) {
 	}
 	s.st.poolMisses.Add(1)
 	sl, err := s.createSlot(n, size)
+	if errors.Is(err, unix.ENOSPC) {
+		// The filesystem is full, maybe of our own free slots: give them
+		// all back and try once more.
+		t.mu.Lock()
+		evict := t.evictFreeLocked()
+		t.mu.Unlock()
+		if len(evict) > 0 {
+			s.unlinkSlots(evict)
+			sl, err = s.createSlot(n, size)
+		}
+	}
 	if err != nil {
 		t.mu.Lock()
 		t.bytes -= size
+		t.reserved--
 		t.mu.Unlock()
 		return Staging{}, &Error{Op: "stage", RelPath: slotName(n), Err: err}
 	}
 	sl.gen, sl.state = 1, slotWriting
 	t.mu.Lock()
 	t.slots[n] = sl
+	t.reserved--
 	t.mu.Unlock()
 	return Staging{RelPath: sl.name, Size: size, Slot: n, Generation: 1}, nil
 }
 
-// reserveLocked counts size more bytes of slots, unlinking free slots of
-// other sizes, least recently used size first, when the bound needs room.
+// reserveLocked counts one more slot of size bytes, unlinking free slots of
+// other sizes, least recently used size first, when a bound (bytes, or
+// slots and so descriptors) needs room.
 func (t *slotTable) reserveLocked(size int64) ([]*slot, error) {
 	var evict []*slot
-	for t.maxBytes > 0 && t.bytes+size > t.maxBytes {
+	for {
+		overBytes := t.maxBytes > 0 && t.bytes+size > t.maxBytes
+		overSlots := len(t.slots)+t.reserved+1 > t.maxSlots
+		if !overBytes && !overSlots {
+			break
+		}
 		victim := int64(-1)
 		for sz, free := range t.free {
 			if len(free) > 0 && (victim < 0 || t.lastUsed[sz].Before(t.lastUsed[victim])) {
@@ -164,6 +201,9 @@ func (t *slotTable) reserveLocked(size int64) ([]*slot, error) {
 			}
 		}
 		if victim < 0 {
+			if overSlots {
+				return evict, fmt.Errorf("%w: %d slot files, the bound on the descriptors the store keeps", ErrFull, len(t.slots)+t.reserved)
+			}
 			return evict, fmt.Errorf("%w: %d bytes of slots, %d more would pass the bound of %d", ErrFull, t.bytes, size, t.maxBytes)
 		}
 		free := t.free[victim]
@@ -173,7 +213,22 @@ func (t *slotTable) reserveLocked(size int64) ([]*slot, error) {
 		evict = append(evict, sl)
 	}
 	t.bytes += size
+	t.reserved++
 	return evict, nil
+}
+
+// evictFreeLocked takes every free slot out of the table, for the caller
+// to unlink.
+func (t *slotTable) evictFreeLocked() []*slot {
+	var evict []*slot
+	for size, free := range t.free {
+		for _, sl := range free {
+			t.dropLocked(sl)
+		}
+		evict = append(evict, free...)
+		delete(t.free, size)
+	}
+	return evict
 }
 
 func (t *slotTable) dropLocked(sl *slot) {
@@ -222,6 +277,16 @@ func (s *Store) createSlot(n uint64, size int64) (*slot, error) {
 	s.st.slots.Add(1)
 	cname, _ := unix.BytePtrFromString(name) // a name this store made has no NUL
 	return &slot{n: n, size: size, fd: fd, file: idOf(&st), name: name, cname: cname}, nil
+}
+
+// retireSlot drops sl from the table and unlinks it.
+func (s *Store) retireSlot(sl *slot) {
+	t := s.slots
+	t.mu.Lock()
+	t.dropLocked(sl)
+	t.mu.Unlock()
+	s.unlinkSlots([]*slot{sl})
+	s.st.slotsRetired.Add(1)
 }
 
 // unlinkSlots removes slots already dropped from the table.
@@ -406,8 +471,14 @@ func (s *Store) quarantine(sl *slot) {
 	t.mu.Unlock()
 }
 
-// freeSlot puts a slot nobody writes back on its size's free list.
+// freeSlot puts a slot nobody writes back on its size's free list, unless
+// it no longer has its size (a writer truncated or extended it): then it
+// is retired, so that no later allocation gets it short or long.
 func (s *Store) freeSlot(sl *slot) {
+	if checkSize(sl.fd, sl.size) != nil {
+		s.retireSlot(sl)
+		return
+	}
 	t := s.slots
 	t.mu.Lock()
 	sl.state = slotFree
@@ -547,4 +618,12 @@ func (t *slotTable) stats() SlotStats {
 		st.Free += len(free)
 	}
 	return st
+}
+
+// MaxSlots is the bound on slot files in pool mode (0 in files mode).
+func (s *Store) MaxSlots() int {
+	if s.slots == nil {
+		return 0
+	}
+	return s.slots.maxSlots
 }

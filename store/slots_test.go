@@ -3,6 +3,7 @@ package store
 import (
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -227,4 +228,105 @@ func TestSlotReplacedNameRefused(t *testing.T) {
 	if _, err := s.Seal(st.RelPath, 64, nil); !errors.Is(err, ErrReplaced) {
 		t.Fatalf("seal of a replaced slot: %v", err)
 	}
+}
+
+// A writer that truncates or extends its slot before the seal has the seal
+// refused, and the slot is retired rather than freed at the wrong length:
+// the next allocation of the size gets a new slot of exactly that size,
+// and its seal succeeds.
+func TestSlotResizedByItsWriterIsRetired(t *testing.T) {
+	for _, delta := range []int64{-4096, +4096} {
+		t.Run(fmt.Sprintf("delta=%+d", delta), func(t *testing.T) {
+			s := openPool(t, Config{IdleAfter: time.Hour})
+			const size = 65536
+			st := mustStage(t, s, size)
+			f := openIn(t, s, OpenWrite, st.RelPath)
+			if err := f.Truncate(size + delta); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			if _, err := s.Seal(st.RelPath, size, nil); err == nil {
+				t.Fatal("a resized slot was sealed")
+			}
+			if got := s.Stats(); got.FreeSlots != 0 || got.Slots != 0 || got.SlotsRetired != 1 {
+				t.Fatalf("after the refused seal: %+v, want the slot retired", got)
+			}
+			again := mustStage(t, s, size)
+			if again.Slot == st.Slot {
+				t.Fatalf("the resized slot %d was handed out again", st.Slot)
+			}
+			data := pattern(size, 7)
+			fill(t, s, again.RelPath, data)
+			mustSeal(t, s, again, data)
+		})
+	}
+}
+
+// Slots are bounded in number, since each keeps a descriptor open: past
+// MaxSlots free slots of other sizes are unlinked, and with none free a
+// new one is refused ErrFull instead of exhausting descriptors.
+func TestSlotCountIsBounded(t *testing.T) {
+	s := openPool(t, Config{IdleAfter: time.Hour, MaxSlots: 3})
+	var held []Staging
+	for i := range 3 {
+		held = append(held, mustStage(t, s, int64(4096*(i+1))))
+	}
+	if _, err := s.Stage(4096); !errors.Is(err, ErrFull) {
+		t.Fatalf("a fourth slot with three in use: %v, want ErrFull", err)
+	}
+	fds := s.Stats()
+	// One written and collected: it is free, and the next new size takes
+	// its place.
+	data := pattern(4096, 1)
+	fill(t, s, held[0].RelPath, data)
+	sealed := mustSeal(t, s, held[0], data)
+	if err := s.Collect(sealed.RelPath, sealed.Generation); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Stage(50000); err != nil {
+		t.Fatalf("a new size with a free slot to evict: %v", err)
+	}
+	if got := s.Stats(); got.Slots != 3 || got.FreeSlots != 0 || got.Unlinks != fds.Unlinks+1 {
+		t.Fatalf("after the eviction: %+v", got)
+	}
+	if DefaultMaxSlots() < minSlots {
+		t.Fatalf("DefaultMaxSlots %d", DefaultMaxSlots())
+	}
+}
+
+// A full filesystem is often full of the store's own free slots: an
+// allocation that meets ENOSPC gives them back and tries once more. On a
+// 4 MiB tmpfs, three free 1 MiB slots stand in the way of a 2 MiB one.
+func TestSlotENOSPCEvictsFreeSlots(t *testing.T) {
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=4m,mode=0700"); err != nil {
+		t.Skipf("mounting a small tmpfs needs root: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	s := openPool(t, Config{Root: filepath.Join(dir, "root"), IdleAfter: time.Hour})
+	var sts []Staging
+	for range 3 {
+		sts = append(sts, mustStage(t, s, 1<<20))
+	}
+	for _, st := range sts {
+		data := pattern(1<<20, 2)
+		fill(t, s, st.RelPath, data)
+		sealed := mustSeal(t, s, st, data)
+		if err := s.Collect(sealed.RelPath, sealed.Generation); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.Stats(); got.FreeSlots != 3 {
+		t.Fatalf("%+v, want three free slots", got)
+	}
+	st, err := s.Stage(2 << 20)
+	if err != nil {
+		t.Fatalf("a 2 MiB slot on a tmpfs full of free slots: %v", err)
+	}
+	if got := s.Stats(); got.FreeSlots != 0 || got.Slots != 1 {
+		t.Fatalf("%+v, want the free slots given back", got)
+	}
+	data := pattern(2<<20, 3)
+	fill(t, s, st.RelPath, data)
+	mustSeal(t, s, st, data)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -206,5 +207,39 @@ func TestStageZerosAfterReuseOfSize(t *testing.T) {
 	}
 	if !bytes.Equal(got, make([]byte, 4096)) {
 		t.Error("a new staging file is not all zeros")
+	}
+}
+
+// Prepared staging files are capped at a quarter of MaxBytes: four sizes
+// staged once each, two deep, would otherwise keep 4 MiB of files no
+// artifact uses on the tmpfs against a 4 MiB bound.
+func TestPreparedFilesStayWithinTheirShare(t *testing.T) {
+	const maxBytes = 4 << 20
+	s := openStore(t, Config{MaxBytes: maxBytes})
+	for i := range 4 {
+		st := mustStage(t, s, 512<<10+int64(i)*4096)
+		if err := s.Remove(st.RelPath); err != nil {
+			t.Fatal(err)
+		}
+		if !s.pool.waitIdle() {
+			t.Fatal("the pool failed")
+		}
+	}
+	st := s.Stats()
+	if st.PooledBytes > maxBytes/4 || st.PooledFiles == 0 {
+		t.Fatalf("%d prepared files of %d bytes, want some and at most %d bytes", st.PooledFiles, st.PooledBytes, maxBytes/4)
+	}
+	var onDisk int64
+	ents, err := os.ReadDir(s.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() && strings.HasPrefix(e.Name(), "stage-") {
+			onDisk += fi.Size()
+		}
+	}
+	if onDisk != st.PooledBytes {
+		t.Fatalf("%d bytes of staging files on disk, the store counts %d", onDisk, st.PooledBytes)
 	}
 }

@@ -8,6 +8,7 @@ import "sync/atomic"
 type Stats struct {
 	// Files on disk, by kind.
 	PooledFiles  int64 // prepared staging files not yet handed out
+	PooledBytes  int64 // their bytes (and of those being prepared or dropped)
 	StagingFiles int64 // staging files handed out, not yet sealed or removed
 	SealedFiles  int64 // sealed files not yet removed
 
@@ -47,6 +48,7 @@ func (s *Store) Stats() Stats {
 	c := &s.st
 	st := Stats{
 		PooledFiles:  c.pooled.Load(),
+		PooledBytes:  s.pool.bytes.Load(),
 		StagingFiles: c.staging.Load(),
 		SealedFiles:  c.sealed.Load(),
 		PoolHits:     c.poolHits.Load(),

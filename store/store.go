@@ -37,11 +37,16 @@ type Config struct {
 	// the default) or one file per artifact (ModeFiles).
 	Mode Mode
 	// MaxBytes bounds the bytes of all slots, free ones included, in pool
-	// mode; zero is no bound.
+	// mode; in files mode prepared staging files (PoolDepth) take at most
+	// a quarter of it. Zero is no bound.
 	MaxBytes int64
 	// IdleAfter is how long free slots of a size nobody stages are kept in
-	// pool mode before they are unlinked [30 s].
+	// pool mode before they are unlinked [5 s].
 	IdleAfter time.Duration
+	// MaxSlots bounds the slot files in pool mode, each of which the store
+	// keeps a descriptor on [DefaultMaxSlots()]. Past it free slots of
+	// other sizes are unlinked, and if none is free Stage fails ErrFull.
+	MaxSlots int
 }
 
 const (
@@ -126,11 +131,13 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s.mode = cfg.Mode
 	if s.mode == ModePool {
-		s.slots = newSlotTable(cfg.MaxBytes, cfg.IdleAfter)
+		s.slots = newSlotTable(cfg.MaxBytes, cfg.MaxSlots, cfg.IdleAfter)
 		go s.janitor()
 		depth = -1 // slots replace the staging pool
 	}
-	s.pool = newPool(depth, sizes, &s.seq)
+	// Prepared staging files take at most a quarter of the byte bound, so
+	// the tmpfs holds no more than the bound's artifacts and that share.
+	s.pool = newPool(depth, sizes, cfg.MaxBytes/4, &s.seq)
 	if depth > 0 {
 		go s.refill()
 	} else {

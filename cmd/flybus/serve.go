@@ -72,7 +72,7 @@ sizes (frames) costs no file creation, mapping or unlink per artifact: on the
 frame (see docs/design.md for the figures). A view still open when its client
 ends keeps its bytes in both modes (pool retires such a slot instead of
 reusing it). Choose files when artifacts come in many different sizes (each
-size keeps slots of its own until idle for 30 s, so the tmpfs holds more), or
+size keeps slots of its own until idle for 5 s, so the tmpfs holds more), or
 when programs that are not flybus clients read artifact files directly and
 keep them mapped after their owner lets go (a pool slot shows its later
 generations; a removed file keeps its bytes).
