@@ -40,12 +40,12 @@ type core struct {
 	pubBytes                            []pubBytes // scratch for publish admission
 	overflowed                          []*conn    // control lanes exhausted in this step; see settle
 
-	hasStore     bool
-	pool         bool // the store reuses slots: artifact ids are slots, generations count
+	hasStore bool
+	pool     bool // the store reuses slots: artifact ids are slots, generations count
 	// slotShare bounds the holds (writers and retained artifacts, each
 	// keeping a slot and its descriptor) one connection may have in pool
 	// mode, a share of the store's slot bound; 0: no bound.
-	slotShare int
+	slotShare    int
 	artifacts    map[wire.ArtifactID]*artifact
 	nextArtifact uint64
 	storeBytes   uint64 // staging, sealed and seal-copy reservations
@@ -139,15 +139,27 @@ type counters struct {
 	publications     uint64
 	seals            uint64
 	collected        uint64
-	acceptRetries    uint64 // counted by the listeners, kept here with the rest
-	directWrites     uint64 // counted by the shells: batches a step wrote itself
-	writerWrites     uint64 // batches a connection's writer goroutine wrote
-	writerHandoffs   uint64 // batches a step left to the writer (socket full)
 }
 
-func newCore(l wire.Limits, p Policy, rid wire.RouterID, sid wire.StoreID) *core {
+// coreConfig is everything the core takes from outside, set once by
+// newCore: the router derives it from its Config and its store, and the
+// simulation and the fuzz harness build theirs the same way.
+type coreConfig struct {
+	limits   wire.Limits
+	policy   Policy
+	routerID wire.RouterID
+	storeID  wire.StoreID
+	remember int  // RememberedClients; 0: DefaultRememberedClients
+	hasStore bool // artifacts can be allocated
+	pool     bool // the store reuses slots
+	// slotShare bounds one connection's holds in pool mode; 0: no bound.
+	slotShare int
+}
+
+func newCore(cfg coreConfig) *core {
 	return &core{
-		limits: l, policy: p, routerID: rid, storeID: sid,
+		limits: cfg.limits, policy: cfg.policy, routerID: cfg.routerID, storeID: cfg.storeID,
+		remember: cfg.remember, hasStore: cfg.hasStore, pool: cfg.pool, slotShare: cfg.slotShare,
 		conns:    map[wire.ConnID]*conn{},
 		clients:  map[string]*clientRec{},
 		services: map[string]*service{},
@@ -623,8 +635,7 @@ func (k *core) snapshot() Stats {
 	s := Stats{
 		Connections: len(k.conns), PendingHello: k.pending, Services: len(k.services), ClientRecords: len(k.clients),
 		ConnectionsTotal: k.stats.connectionsTotal, CallsTotal: k.stats.callsTotal,
-		ProtocolCloses: k.stats.protocolCloses, ControlOverflows: k.stats.controlOverflows, AcceptRetries: k.stats.acceptRetries,
-		DirectWrites: k.stats.directWrites, WriterWrites: k.stats.writerWrites, WriterHandoffs: k.stats.writerHandoffs,
+		ProtocolCloses: k.stats.protocolCloses, ControlOverflows: k.stats.controlOverflows,
 		Publications: k.stats.publications, Refusals: map[string]uint64{},
 		Topics: len(k.topics), Subscriptions: k.subCount, RetainedBytes: k.retainedBytes,
 		Artifacts: len(k.artifacts), StoreBytes: k.storeBytes, Seals: k.stats.seals, Collected: k.stats.collected,

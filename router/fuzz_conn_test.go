@@ -171,11 +171,9 @@ func freshCore(r *Router) {
 // that it is, so a change to New cannot make the harness test a core set
 // up differently from a real router's.
 func pristineCore(r *Router, rid wire.RouterID, sid wire.StoreID) *core {
-	k := newCore(r.cfg.Limits, r.cfg.Policy, rid, sid)
-	k.hasStore = r.store != nil
-	k.pool = r.cfg.StoreMode == store.ModePool
-	k.slotShare = slotShare(r.store)
-	return k
+	cfg := r.coreConfig()
+	cfg.routerID, cfg.storeID = rid, sid
+	return newCore(cfg)
 }
 
 // fuzzOutcome is how the router answered one command: "ok" or the code.

@@ -104,9 +104,7 @@ func (l *Listener) acceptLoop() {
 				return
 			}
 			delay = min(max(2*delay, acceptMinDelay), acceptMaxDelay)
-			l.r.mu.Lock()
-			l.r.core.stats.acceptRetries++
-			l.r.mu.Unlock()
+			l.r.acceptRetries.Add(1)
 			storm.failed(l, err, delay)
 			t := time.NewTimer(delay)
 			select {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flybus/flybus/fastpath"
@@ -67,6 +68,10 @@ type Router struct {
 
 	// What the shell times of itself (Latencies); lock-free.
 	admission, laneWait histogram
+	// What the shell counts of itself: accept retries (listeners), batches
+	// a step wrote itself, a writer goroutine wrote, or a step left to the
+	// writer because the socket was full.
+	acceptRetries, directWrites, writerWrites, writerHandoffs atomic.Uint64
 }
 
 // ErrClosed is returned by entry points after Shutdown.
@@ -124,22 +129,20 @@ func New(cfg Config) (*Router, error) {
 		cfg.Logger.Info("removed orphaned store", "dir", o.Dir, "err", o.Err)
 	}
 	r.store = st
-	r.core = newCore(cfg.Limits, cfg.Policy, r.routerID, r.storeID)
-	r.core.remember = cfg.RememberedClients
-	r.core.hasStore = true
-	r.core.pool = cfg.StoreMode == store.ModePool
-	r.core.slotShare = slotShare(st)
+	r.core = newCore(r.coreConfig())
 	return r, nil
 }
 
-// slotShare is how many holds one connection may have in pool mode: a
-// quarter of the store's slot bound, so one client cannot take every
-// descriptor the store may keep.
-func slotShare(st *store.Store) int {
-	if st.Mode() != store.ModePool {
-		return 0
+// coreConfig is the core's configuration for this router. In pool mode a
+// connection may hold a quarter of the store's slot bound, so one client
+// cannot take every descriptor the store may keep.
+func (r *Router) coreConfig() coreConfig {
+	cfg := coreConfig{limits: r.cfg.Limits, policy: r.cfg.Policy, routerID: r.routerID, storeID: r.storeID,
+		remember: r.cfg.RememberedClients, hasStore: r.store != nil}
+	if r.store != nil && r.store.Mode() == store.ModePool {
+		cfg.pool, cfg.slotShare = true, max(4, r.store.MaxSlots()/4)
 	}
-	return max(4, st.MaxSlots()/4)
+	return cfg
 }
 
 // privateStoreRoot makes a fresh 0700 directory for a router given no
@@ -188,6 +191,8 @@ func (r *Router) Stats() Stats {
 	r.mu.Lock()
 	s := r.core.snapshot()
 	r.mu.Unlock()
+	s.AcceptRetries, s.DirectWrites = r.acceptRetries.Load(), r.directWrites.Load()
+	s.WriterWrites, s.WriterHandoffs = r.writerWrites.Load(), r.writerHandoffs.Load()
 	st := r.store.Stats()
 	s.LeaseSeals, s.CopySeals = st.LeaseSeals, st.CopySeals
 	s.StoreFiles = st.StagingFiles + st.SealedFiles
@@ -252,7 +257,8 @@ func (r *Router) serve(nc net.Conn, bound string) error {
 		nc.Close()
 		return ErrClosed
 	}
-	c, err := r.core.accept(bound)
+	rd := r.core.step(input{kind: inAccept, bound: bound})
+	c, err := rd.accepted, rd.acceptErr
 	if err != nil {
 		r.mu.Unlock()
 		nc.Close()

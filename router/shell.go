@@ -228,10 +228,10 @@ const directRounds = 4
 func (sh *shell) writeDirect() {
 	r := sh.r
 	for i := range directRounds {
-		r.mu.Lock()
 		if i > 0 {
-			r.core.stats.directWrites++
+			r.directWrites.Add(1)
 		}
+		r.mu.Lock()
 		if sh.c.closing || sh.c.gone {
 			// Closing is the writer goroutine's job (deadline, final
 			// notice, finish).
@@ -261,8 +261,8 @@ func (sh *shell) writeDirect() {
 		}
 		sh.trimBuf()
 	}
+	r.directWrites.Add(1)
 	r.mu.Lock()
-	r.core.stats.directWrites++
 	sh.writing = false
 	r.mu.Unlock()
 	sh.wake()
@@ -278,8 +278,8 @@ func (sh *shell) trimBuf() {
 
 // handOff passes the token and the unwritten bytes to the writer goroutine.
 func (sh *shell) handOff(rest []byte) {
+	sh.r.writerHandoffs.Add(1)
 	sh.r.mu.Lock()
-	sh.r.core.stats.writerHandoffs++
 	sh.rest, sh.handoff = rest, true
 	sh.r.mu.Unlock()
 	sh.wake()
@@ -381,10 +381,10 @@ func (sh *shell) writeLoop() {
 			sh.io.written.Add(uint64(len(rest)))
 		}
 		for wrote := false; ; wrote = true {
-			r.mu.Lock()
 			if wrote {
-				r.core.stats.writerWrites++
+				r.writerWrites.Add(1)
 			}
+			r.mu.Lock()
 			sh.giveBack()
 			sh.pull()
 			closing, gone := sh.c.closing, sh.c.gone

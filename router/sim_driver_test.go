@@ -29,6 +29,7 @@ type sim struct {
 	rng      *rand.Rand
 	scripted bool // a scenario drives it: teardown takes no random turns
 	k        *core
+	coreCfg  coreConfig
 	lim      wire.Limits
 	open     bool
 	step     int
@@ -111,8 +112,8 @@ func newSim(seed int64, skip map[string]bool) *sim {
 			policy = policy.Client(cl.id, s.randomGrants())
 		}
 	}
-	s.k = newCore(l, policy, wire.RouterID(0x51), wire.StoreID(0x51))
-	s.k.hasStore = true
+	s.coreCfg = coreConfig{limits: l, policy: policy, routerID: 0x51, storeID: 0x51, hasStore: true}
+	s.k = newCore(s.coreCfg)
 	return s
 }
 
@@ -383,7 +384,7 @@ func (s *sim) connect() bool {
 			}
 		}
 	}
-	c, err := s.k.accept(ss.bound)
+	c, err := s.accept(ss.bound)
 	if err != nil {
 		var be *wire.BusError
 		switch {
@@ -702,7 +703,7 @@ func (s *sim) teardown() {
 	if !s.open {
 		ss.bound = "admin"
 	}
-	c, err := s.k.accept(ss.bound)
+	c, err := s.accept(ss.bound)
 	if err != nil {
 		s.fail("teardown", "admin accept: %v", err)
 		return
@@ -730,4 +731,11 @@ func (s *sim) teardown() {
 		s.fail("teardown", "gauges not zero at the end: %+v", st)
 	}
 	s.logf("teardown complete: %d connections in all, %d collected", st.ConnectionsTotal, st.Collected)
+}
+
+// accept registers a transport through the core's step, as the router's
+// serve does.
+func (s *sim) accept(bound string) (*conn, error) {
+	rd := s.k.step(input{kind: inAccept, bound: bound})
+	return rd.accepted, rd.acceptErr
 }

@@ -106,8 +106,8 @@ func newSimScenario() *simScenario {
 	s := &sim{seed: 1, rng: rand.New(rand.NewPCG(1, 1)), lim: wire.DefaultLimits(), open: true, scripted: true,
 		skipped: map[string]int{}, byConn: map[*conn]*simSession{}, names: map[*conn]string{},
 		files: map[string]simFile{}, svcIncs: map[string]wire.ServiceInc{}, outcomes: map[string]int{}, full: &sc.lines}
-	s.k = newCore(s.lim, OpenPolicy(), wire.RouterID(0x51), wire.StoreID(0x51))
-	s.k.hasStore = true
+	s.coreCfg = coreConfig{limits: s.lim, policy: OpenPolicy(), routerID: 0x51, storeID: 0x51, hasStore: true}
+	s.k = newCore(s.coreCfg)
 	sc.s = s
 	return sc
 }
@@ -187,13 +187,13 @@ func (sc *simScenario) exec(args []string) error {
 		if err := s.lim.Validate(); err != nil {
 			return err
 		}
-		s.k = newCore(s.lim, OpenPolicy(), s.k.routerID, s.k.storeID)
-		s.k.hasStore = true
+		s.coreCfg.limits = s.lim
+		s.k = newCore(s.coreCfg)
 		return nil
 	case "connect":
 		for _, name := range pos {
 			cl := sc.client(name)
-			c, err := s.k.accept("")
+			c, err := s.accept("")
 			if err != nil {
 				s.logf("accept refused: %v", err)
 				continue

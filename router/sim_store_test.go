@@ -164,8 +164,9 @@ func (s *sim) freeSlot(path string) {
 
 // usePool switches a new simulation to a pooled store.
 func (s *sim) usePool() {
-	s.pool, s.k.pool = true, true
-	s.k.slotShare = 5 // small enough that allocations meet it
+	s.pool = true
+	s.coreCfg.pool, s.coreCfg.slotShare = true, 5 // small enough that allocations meet it
+	s.k = newCore(s.coreCfg)
 	s.slotSize, s.slotGen, s.freeList = map[string]uint64{}, map[string]uint64{}, map[uint64][]string{}
 }
 

@@ -23,6 +23,7 @@ const (
 	inStaged                            // the store staged an allocation: eff, loc, err
 	inSealed                            // the store sealed an artifact: eff, loc, mismatch, err
 	inHelloExpired                      // the hello timer fired
+	inAccept                            // a transport arrived: register it (bound: its launcher's client id)
 	inPending                           // a connection was accepted: keep those in hello to limit
 	inPull                              // the connection's writer takes up to cap(frames) frames
 	inShutdown                          // the router shuts down
@@ -38,8 +39,9 @@ type input struct {
 	code     wire.ErrorCode
 	eff      effect
 	loc      artLoc
-	mismatch bool // inSealed: the bytes disagree with the size or digest
-	full     bool // inStaged: a bound of the store's refused the slot
+	bound    string // inAccept
+	mismatch bool   // inSealed: the bytes disagree with the size or digest
+	full     bool   // inStaged: a bound of the store's refused the slot
 	err      error
 	limit    int
 	frames   []frame // inPull: the destination, appended to
@@ -61,6 +63,9 @@ type ready struct {
 	// (its reader stops).
 	violation string
 	closing   bool
+	// inAccept: the new connection, or why there is none
+	accepted  *conn
+	acceptErr error
 }
 
 // step applies one input and returns what it made ready. The value is the
@@ -95,6 +100,8 @@ func (k *core) step(in input) *ready {
 		if !c.helloDone && !c.closing {
 			k.closeConn(c, wire.ErrInvalidEnvelope, "no bus.hello before the hello timeout")
 		}
+	case inAccept:
+		rd.accepted, rd.acceptErr = k.accept(in.bound)
 	case inPending:
 		k.boundPending(in.limit)
 	case inPull:

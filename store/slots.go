@@ -518,8 +518,10 @@ func (t *slotTable) inUse(relPath string, gen uint64) (*slot, slotState, error) 
 
 // recycleSlot ends generation gen of slot relPath: the router's last root
 // of it went (sealed), or its writer gave it up (writing). A sealed slot
-// is made 0600 and freed; nobody could have opened it for writing while it
-// was 0444. A stale generation is ignored.
+// is made 0600 and freed without a lease: while it was 0444 only root, or
+// its owner after a chmod, could open it for writing, and those are inside
+// the trust boundary (a reader that must know can verify the digest). A
+// stale generation is ignored.
 func (s *Store) recycleSlot(relPath string, gen uint64) error {
 	sl, state, err := s.slots.inUse(relPath, gen)
 	if sl == nil {
