@@ -67,7 +67,6 @@ func (k *core) opDeclare(c *conn, env *wire.Envelope, b *wire.Declare) *wire.Bus
 	return nil
 }
 
-// manageableTopic decodes a topic.clear/delete body and checks the grant.
 // grantedTopic finds the topic a command names, after checking the grant
 // that lets c use it (NOT_AUTHORIZED, then NO_TOPIC).
 func (k *core) grantedTopic(patterns []Pattern, grant, name string) (*topic, *wire.BusError) {

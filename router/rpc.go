@@ -151,8 +151,8 @@ func (k *core) failCall(cl *call, code wire.ErrorCode, disp wire.Dispatch, msg s
 	k.notice(c, wire.OpCallFailed, &wire.CallFailed{CallID: cl.id, Code: code, Message: msg, Dispatch: disp})
 }
 
-// maxIDs are the longest router-added values, used to size a delivery
-// before admitting what would produce it.
+// maxSerial is the longest delivery id the router adds to a request or a
+// result, used to size the delivery before admitting what would make it.
 const maxSerial = math.MaxUint64
 
 func (k *core) opCall(c *conn, env *wire.Envelope, b *wire.Call) *wire.BusError {

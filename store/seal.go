@@ -42,27 +42,28 @@ type Sealed struct {
 	Generation uint64
 }
 
-// Seal makes the staging file relPath immutable and returns its sealed
-// name. The file must still be exactly wantSize bytes long and, if digest is
-// not nil, its bytes must hash to *digest under SHA-256; otherwise Seal
-// fails with ErrMismatch.
+// Seal makes the artifact staged at relPath immutable and returns where it
+// now lives. The file must still be exactly wantSize bytes long and, if
+// digest is not nil, its bytes must hash to *digest under SHA-256;
+// otherwise Seal fails with ErrMismatch. Seal never waits for the producer.
 //
-// Seal first takes a write lease on the file, which the kernel grants only
-// if no other open file description of the inode exists in any process: no
-// descriptor, no reader, no mapping. Then nothing can change the bytes, so
-// they are checked, the file is made 0444 and renamed into its sealed name.
-// Anyone trying to open the file meanwhile waits for the lease to be
-// dropped, which is as long as the check takes. If the lease is refused,
-// Seal copies the bytes into a fresh inode, checks the copy, and unlinks the
-// staging file, so a producer that kept a descriptor or a writable mapping
-// writes only to an orphan from then on.
+// Seal first proves that nobody can still write the bytes, with a lease the
+// kernel grants only when no descriptor or writable mapping of the file is
+// open for writing in any process; then it checks them and makes the file
+// 0444. Files mode takes a write lease (no other open description at all)
+// and renames the file into its sealed name; pool mode takes a read lease on
+// the slot, so consumers' read-only mappings of earlier generations do not
+// stand in the way, and the slot keeps its name. If the lease is refused, the
+// bytes are copied into a fresh file (files mode) or another slot (pool
+// mode, named in the result), which is checked and sealed instead, so a
+// producer that kept a descriptor or a writable mapping writes only to
+// something no reader is given; in pool mode the refused slot is kept out of
+// use until nobody writes it.
 //
-// Only the inode Stage created under relPath is sealed, and only while it
-// has that one name: a file put in its place (a hard link to another file,
-// a rename over it) or given a second name fails with ErrReplaced.
-//
-// Whatever the outcome, the staging file is gone afterwards: on failure
-// Seal removes it and any partial copy. Seal never waits for the producer.
+// Only the file Stage created under relPath is sealed, and only while it
+// has that one name: a file put in its place (a hard link, a rename over
+// it) or given a second name fails with ErrReplaced. On failure the staging
+// file is removed (files mode) or the slot recycled or retired (pool mode).
 func (s *Store) Seal(relPath string, wantSize int64, digest *[32]byte) (Sealed, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

@@ -299,7 +299,7 @@ func (s *Store) unlinkSlots(sls []*slot) {
 	}
 }
 
-// lookupSlot returns slot n if it is in state want.
+// lookup returns slot n if it is in state want.
 func (t *slotTable) lookup(n uint64, want slotState) (*slot, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
