@@ -64,6 +64,13 @@ type Config struct {
 	// warnings. It costs a stack walk per handle; for finding a missing
 	// Close. Also set by the environment variable FLYBUS_TRACK_HANDLES=1.
 	TrackHandles bool
+	// VerifyReads makes Artifact.View and Artifact.ReadAll check the bytes
+	// against the digest the artifact was sealed with, as
+	// ArtifactView.Verify does, and fail with its error instead of
+	// returning them: a changed artifact (ErrDigestMismatch) or one sealed
+	// without a digest (ErrNoDigest). ReaderAt is not checked. It costs a
+	// SHA-256 of every byte per read; see docs/integrity.md [false].
+	VerifyReads bool
 }
 
 // Info describes the negotiated session.

@@ -25,6 +25,14 @@ var (
 	ErrWriterDone = errors.New("flybus: artifact writer already sealed or closed")
 	// ErrNoAttachment is returned for a name the delivery does not carry.
 	ErrNoAttachment = errors.New("flybus: no attachment by that name")
+	// ErrDigestMismatch is returned by ArtifactView.Verify (and, with
+	// Config.VerifyReads, by View and ReadAll) when the bytes no longer
+	// hash to the digest the artifact was sealed with: they were changed
+	// after the seal.
+	ErrDigestMismatch = errors.New("flybus: the artifact's bytes differ from its sealed digest")
+	// ErrNoDigest is returned where ErrDigestMismatch could be, for an
+	// artifact sealed without a digest (Seal rather than SealWithDigest).
+	ErrNoDigest = errors.New("flybus: the artifact was sealed without a digest")
 )
 
 // handleError is a sentence for people that still matches the sentinels

@@ -52,7 +52,9 @@ func (r *ArtifactReader) Close() error {
 	return err
 }
 
-// ReadAll copies the artifact's bytes.
+// ReadAll copies the artifact's bytes. With Config.VerifyReads set, the
+// copy is checked against the artifact's digest (see ArtifactView.Verify);
+// unlike a view, a verified copy cannot change afterwards.
 func (a *Artifact) ReadAll(ctx context.Context) ([]byte, error) {
 	r, err := a.ReaderAt(ctx)
 	if err != nil {
@@ -72,6 +74,11 @@ func (a *Artifact) ReadAll(ctx context.Context) ([]byte, error) {
 	buf := make([]byte, r.size)
 	if _, err := r.ReadAt(buf, 0); err != nil && !(errors.Is(err, io.EOF) && r.size == 0) {
 		return nil, err
+	}
+	if a.c.cfg.VerifyReads {
+		if err := verifyBytes(a.Ref(), buf); err != nil { // settled: ReaderAt waited for the seal
+			return nil, err
+		}
 	}
 	return buf, nil
 }

@@ -20,6 +20,11 @@ Python 3.12, a view is a slice of a mapping the client keeps per slot
 (_slots.py says how that stays safe); before 3.12 it maps the slot of its
 own. Files are opened beneath the store root without following a symbolic
 link.
+
+Artifact.verify() checks, when the program asks, that the bytes still hash
+to the digest they were sealed with: the seal keeps earlier writers out,
+but a program running as the router's user, or root, can still change a
+sealed file (docs/integrity.md).
 """
 
 import hashlib
@@ -30,8 +35,30 @@ import threading
 import weakref
 
 from . import _slots
+from .errors import FlybusError
 
 _log = logging.getLogger("flybus")
+
+
+class DigestMismatch(FlybusError):
+    """An artifact's bytes no longer hash to the digest it was sealed with:
+    they were changed after the seal. artifact_id, expected (the sealed
+    digest) and actual (what the bytes hash to now) say which and how."""
+
+    def __init__(self, artifact_id, generation, expected, actual):
+        super().__init__(f"the bytes of {artifact_id} (generation {generation}) changed after its seal: "
+                         f"they hash to sha256 {actual}, it was sealed with {expected}")
+        self.artifact_id, self.expected, self.actual = artifact_id, expected, actual
+
+
+class NoDigest(FlybusError):
+    """The artifact was sealed without a digest: there is nothing to verify
+    its bytes against."""
+
+    def __init__(self, artifact_id, generation):
+        super().__init__(f"{artifact_id} (generation {generation}) was sealed without a digest: "
+                         "there is nothing to verify its bytes against")
+        self.artifact_id = artifact_id
 
 
 def watch(client, handle, what, release):
@@ -278,6 +305,26 @@ class Artifact(Owning):
         """The SHA-256 of the bytes, read through a view."""
         with self.view(timeout) as mv:
             return hashlib.sha256(mv).hexdigest()
+
+    def verify(self, timeout=10.0):
+        """Checks that the bytes still hash to the digest the artifact was
+        sealed with (ref["digest"]); raises DigestMismatch if they do not,
+        NoDigest if it was sealed without one.
+
+        The seal proves that nothing which had the file open can write it
+        afterwards, but a program running as the router's user, or root,
+        can still make a sealed file writable and change it. verify detects
+        that as of the moment it runs; the bytes may change again after it
+        returns. It hashes every byte through a view, about 0.75 ms for a
+        1.2 MB frame on a CPU with SHA instructions: for tests, hosts where
+        not every program of that user is trusted, and debugging (see
+        docs/integrity.md)."""
+        want = self.ref.get("digest")
+        if not want:
+            raise NoDigest(self.ref["artifactId"], self.ref["generation"])
+        got = self.digest(timeout)
+        if got != want:
+            raise DigestMismatch(self.ref["artifactId"], self.ref["generation"], want, got)
 
 
 class View:
