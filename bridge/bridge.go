@@ -53,8 +53,9 @@ type Bridge struct {
 	connected                         chan struct{} // replaced on every disconnect; closed while connected
 	connMu                            sync.Mutex
 
-	mu    sync.Mutex
-	local *session // the current local session, nil between them
+	mu        sync.Mutex
+	local     *session    // the current local session, nil between them
+	importers []*importer // Run's, once every one is subscribed (tests look at their NATS queues)
 
 	// own remembers the topic sequences this bridge's imports published,
 	// so that an export of the same topic does not send them back; only
@@ -249,6 +250,9 @@ func (b *Bridge) Run(parent context.Context) (err error) {
 		}
 		imps = append(imps, im)
 	}
+	b.mu.Lock()
+	b.importers = imps
+	b.mu.Unlock()
 	defer func() {
 		for _, im := range imps {
 			im.stop()

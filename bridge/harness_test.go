@@ -238,6 +238,26 @@ func (rb *running) stop() {
 	<-rb.done
 }
 
+// importPending is how many messages nats.go holds for rb's import of
+// topic that the import's handler has not finished with.
+func (rb *running) importPending(t testing.TB, topic string) int {
+	t.Helper()
+	rb.b.mu.Lock()
+	imps := rb.b.importers
+	rb.b.mu.Unlock()
+	for _, im := range imps {
+		if im.cfg.Topic == topic {
+			n, _, err := im.sub.Pending()
+			if err != nil {
+				t.Fatalf("import %s: %v", topic, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no import of %s", topic)
+	return 0
+}
+
 // waitFor polls cond until it holds; it fails the test after deadline.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
