@@ -45,7 +45,7 @@ type ahead struct {
 	released atomic.Uint64 // prepared allocations released unused
 }
 
-// take removes the prepared allocation for k, if any, marking k recent.
+// take removes and returns the prepared allocation for k, if any.
 func (a *ahead) take(k aheadKey) *prepared {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -85,14 +85,15 @@ type Info struct {
 }
 
 // Client is one connection to a router, serving RPC, pub/sub and artifacts.
-// It is safe for concurrent use.
-//
-// Who owns what: cfg, nc, info, kick, done and closed are set by Connect
-// and never change (the channels are safe for concurrent use); wbuf
-// belongs to the holder of wmu, the write token; the fields from nextMsg to
-// anyBus are guarded by mu; discards belongs to the reader goroutine; the
-// atomics, the slot cache and ahead guard themselves.
+// It is safe for concurrent use. Close it when done: that releases
+// everything it still holds on the router.
 type Client struct {
+	// Who owns what: cfg, nc, info, kick, done and closed are set by
+	// Connect and never change (the channels are safe for concurrent use);
+	// wbuf belongs to the holder of wmu, the write token; the fields from
+	// nextMsg to anyBus are guarded by mu; discards belongs to the reader
+	// goroutine; the atomics, the slot cache and ahead guard themselves.
+
 	cfg  Config
 	nc   net.Conn
 	info Info
