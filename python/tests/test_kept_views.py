@@ -124,6 +124,19 @@ class KeptViewTests:
         self.publish_later_frames(r, "kept.lost")
         self.assertKept(mv, data)
 
+    def test_a_protocol_close_by_the_router(self):
+        r = self.router()
+        cons, data, mv = self.open_view(r, "kept.violation")
+        # A length prefix over the wire's bound: the router closes the
+        # connection (the client is idle, so nothing interleaves).
+        cons._sock.sendall(b"\xff\xff\xff\xff")
+        cons._thread.join(10)
+        self.assertFalse(cons._thread.is_alive())
+        self.assertKept(mv, data)
+        self.until_dropped(r, cons.client_id)
+        self.publish_later_frames(r, "kept.violation")
+        self.assertKept(mv, data)
+
     def until_dropped(self, r, client_id):
         """Waits until the router has dropped client_id's connection (and so
         released what it owned): until the id may connect again."""
