@@ -54,7 +54,7 @@ type logLine struct {
 
 func startProcess(ctx context.Context, binary, storeRoot string, mode store.Mode, sock string, env []string) (*processRouter, error) {
 	cmd := exec.Command(binary, "serve", "--open", "--store", storeRoot, "--store-mode", mode.String(), "--listen", sock,
-		"--metrics", "127.0.0.1:0", "--log-format", "json")
+		"--metrics", "127.0.0.1:0", "--pprof", "--log-format", "json") // --pprof: --cpuprofile fetches the router's profile
 	if len(env) > 0 {
 		cmd.Env = append(os.Environ(), env...)
 	}

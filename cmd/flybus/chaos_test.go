@@ -357,7 +357,7 @@ func chaos(t *testing.T, bin, mode string, kills int64, seed uint64) {
 	// symlink: shmtest.Dir resolves /dev/shm).
 	root := shmtest.Dir(t, "flybus-chaos-")
 	sock := filepath.Join(dir, "bus.sock")
-	p := startFlybus(t, "serve", "--open", "--store", root, "--store-mode", mode, "--listen", sock, "--metrics", ":0", "--log-format", "json")
+	p := startFlybus(t, "serve", "--open", "--store", root, "--store-mode", mode, "--listen", sock, "--metrics", ":0", "--pprof", "--log-format", "json")
 	ready := p.ready(t)
 	addr := p.logValue(t, "metrics listening", "addr")
 	pid := p.cmd.Process.Pid

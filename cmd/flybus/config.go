@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -61,6 +62,8 @@ type serveOptions struct {
 	logFormat       string
 	metrics         string
 	metricsLabelCap int
+	pprof           bool
+	metricsPublic   bool
 	limits          listFlag
 	set             map[string]bool // flags given explicitly, for overriding the file
 }
@@ -77,8 +80,10 @@ type serveConfig struct {
 	HelloTimeout    time.Duration
 	Shutdown        time.Duration // how long clients get to go at shutdown
 	LogFormat       string
-	Metrics         string // host:port, or "" for no metrics endpoint
+	Metrics         string // host:port, unix:PATH, or "" for no metrics endpoint
 	MetricsLabelCap int    // entities per kind with series of their own
+	Pprof           bool   // serve /debug/pprof/ on the metrics endpoint
+	MetricsPublic   bool   // a metrics host that is not loopback was allowed
 }
 
 // Policy builds the router policy. Without any policy in the file or on
@@ -197,6 +202,9 @@ func resolveServe(o *serveOptions, readFile func(string) ([]byte, error)) (*serv
 		}
 		c.Metrics = addr
 	}
+	if err := checkMetrics(c, o); err != nil {
+		return nil, err
+	}
 	if c.MetricsLabelCap = o.metricsLabelCap; c.MetricsLabelCap < 1 {
 		return nil, fmt.Errorf("--metrics-label-cap must be at least 1, not %d", c.MetricsLabelCap)
 	}
@@ -277,12 +285,66 @@ func parseLimitFlag(v string) (limitSetting, error) {
 	return limitSetting{Name: name, Value: n}, nil
 }
 
+// checkMetrics validates the metrics options: /details names every
+// client, topic and service and pprof profiles the router, so neither
+// reaches the network unless asked for with --metrics-public.
+func checkMetrics(c *serveConfig, o *serveOptions) error {
+	c.Pprof, c.MetricsPublic = o.pprof, o.metricsPublic
+	if c.Metrics == "" {
+		if c.Pprof || c.MetricsPublic {
+			return errors.New("--pprof and --metrics-public need --metrics ADDR")
+		}
+		return nil
+	}
+	if path, ok := metricsSocket(c.Metrics); ok {
+		if c.MetricsPublic {
+			return fmt.Errorf("--metrics %s is a Unix socket, reachable only by this user (mode 0600): drop --metrics-public", c.Metrics)
+		}
+		if len(path) > maxSocketPath {
+			return fmt.Errorf("metrics socket path %s is %d bytes; a Unix socket path holds at most %d", path, len(path), maxSocketPath)
+		}
+		for _, l := range c.Listen {
+			if filepath.Clean(l.Path) == filepath.Clean(path) {
+				return fmt.Errorf("metrics socket %s is also a --listen socket", path)
+			}
+		}
+		return nil
+	}
+	host, _, _ := net.SplitHostPort(c.Metrics)
+	if !c.MetricsPublic && !loopbackHost(host) {
+		return fmt.Errorf("--metrics %s is not a loopback address: /metrics and /details (client ids, topics, services) "+
+			"would be open to the network; give --metrics-public to allow that, or use 127.0.0.1:PORT or unix:PATH", c.Metrics)
+	}
+	return nil
+}
+
+// loopbackHost reports whether host is localhost or a loopback IP. Other
+// names are not resolved (nothing is looked up before the start), so they
+// need --metrics-public; serve checks the bound address again.
+func loopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// metricsSocket returns the path of a unix:PATH metrics address.
+func metricsSocket(addr string) (string, bool) { return strings.CutPrefix(addr, "unix:") }
+
 // metricsAddr turns "9100" or ":9100" into 127.0.0.1:9100 (metrics and
 // pprof must not reach the network unless asked for) and checks host:port.
 // A URL as a browser or Prometheus is given it, http://host:port (with
-// /metrics or / after it), means its host:port.
+// /metrics or / after it), means its host:port. unix:PATH, a Unix socket,
+// is kept as it is.
 func metricsAddr(s string) (string, error) {
 	given := s
+	if path, ok := metricsSocket(s); ok {
+		if path == "" || strings.HasPrefix(path, "//") {
+			return "", fmt.Errorf("metrics address %q: want unix:PATH, e.g. unix:/tmp/flybus-metrics.sock", given)
+		}
+		return s, nil
+	}
 	if rest, ok := strings.CutPrefix(s, "http://"); ok {
 		s = strings.TrimSuffix(strings.TrimSuffix(rest, "/"), "/metrics")
 		if s == "" || strings.Contains(s, "/") {

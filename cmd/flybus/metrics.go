@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -366,17 +368,61 @@ func registryHandler(reg *prometheus.Registry, logger *slog.Logger) http.Handler
 	return promhttp.HandlerFor(reg, opts)
 }
 
-// metricsServer serves /metrics, /details (router.Details as JSON) and
-// /debug/pprof/ for one router.
+// metricsLimits bound what HTTP clients can hold of the router process,
+// whose descriptors the bus needs: connections at once, and how long each
+// may take to send a request, take a response and sit idle.
+type metricsLimits struct {
+	maxConns                      int
+	readHeader, read, write, idle time.Duration
+}
+
+// defaultMetricsLimits fits a scrape every 15 s (its connection is kept)
+// and a router with thousands of entities (a slow reader gets 30 s).
+func defaultMetricsLimits() metricsLimits {
+	return metricsLimits{maxConns: metricsConnCap(), readHeader: 5 * time.Second, read: 10 * time.Second,
+		write: 30 * time.Second, idle: 30 * time.Second}
+}
+
+// metricsConnCap caps HTTP connections at an eighth of the descriptors
+// the process may open (RLIMIT_NOFILE's soft limit, which Go raises to the
+// hard one at start), between 4 and 64, so the bus keeps the rest.
+func metricsConnCap() int {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return 4
+	}
+	return connCapFor(rl.Cur)
+}
+
+func connCapFor(nofile uint64) int { return int(max(4, min(64, nofile/8))) }
+
+// listenMetrics binds the metrics endpoint: host:port, or unix:PATH, a
+// socket only its owner may connect to. The socket is created 0600 (via
+// the umask), not chmod-ed after: there is no moment when another user
+// could connect. serve binds it before anything else runs that creates
+// files, so the process-wide umask change is seen by nobody else.
+func listenMetrics(addr string) (net.Listener, error) {
+	path, ok := metricsSocket(addr)
+	if !ok {
+		return net.Listen("tcp", addr)
+	}
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	return ln, err // a *net.UnixListener removes its file on Close
+}
+
+// metricsServer serves /metrics, /details (router.Details as JSON) and,
+// when asked for, /debug/pprof/ for one router.
 type metricsServer struct {
 	srv *http.Server
-	ln  net.Listener
+	ln  *connLimiter
 }
 
 // serveMetrics serves the router's figures on ln, which serve binds before
 // it creates the router: a taken port then fails the start before anything
 // exists to clean up.
-func serveMetrics(ln net.Listener, r *router.Router, labelCap int, logger *slog.Logger) *metricsServer {
+func serveMetrics(ln net.Listener, r *router.Router, labelCap int, withPprof bool, lim metricsLimits, logger *slog.Logger) *metricsServer {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", metricsHandler(r, labelCap, logger))
 	mux.HandleFunc("/details", func(w http.ResponseWriter, _ *http.Request) {
@@ -385,24 +431,142 @@ func serveMetrics(ln net.Listener, r *router.Router, labelCap int, logger *slog.
 			logger.Debug("details write failed", "err", err)
 		}
 	})
-	// Mounted on our own mux: the default one is never served.
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	m := &metricsServer{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+	if withPprof {
+		// Mounted on our own mux: the default one is never served. A
+		// profile or trace of ?seconds=N outlasts WriteTimeout: pprof
+		// moves the write deadline N seconds on itself (and the server
+		// clears the read deadline while a handler runs).
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	cl := &connLimiter{Listener: ln, max: lim.maxConns, log: logger, conns: map[*limitedConn]struct{}{}}
+	m := &metricsServer{ln: cl, srv: &http.Server{Handler: mux, ConnState: cl.setState,
+		ReadHeaderTimeout: lim.readHeader, ReadTimeout: lim.read, WriteTimeout: lim.write, IdleTimeout: lim.idle,
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}}
 	go func() {
-		if err := m.srv.Serve(ln); err != nil && err != http.ErrServerClosed {
+		if err := m.srv.Serve(cl); err != nil && err != http.ErrServerClosed {
 			logger.Error("metrics server stopped", "err", err)
 		}
 	}()
 	return m
 }
 
-// Addr is the bound address (the real port when asked for port 0).
-func (m *metricsServer) Addr() string { return m.ln.Addr().String() }
+// connLimiter caps the metrics listener's open connections. HTTP and the
+// bus share one descriptor table: uncapped, idle keep-alive connections
+// could take every descriptor and keep bus clients out. At the cap a new
+// connection displaces the oldest one idle between requests, else the
+// oldest one that has sent nothing yet; when every connection is in a
+// request, the new one is closed at once.
+type connLimiter struct {
+	net.Listener
+	max int
+	log *slog.Logger
+
+	mu       sync.Mutex
+	conns    map[*limitedConn]struct{}
+	seq      uint64 // orders connections by their last change of state
+	refused  uint64
+	lastWarn time.Time
+}
+
+type limitedConn struct {
+	net.Conn
+	l     *connLimiter
+	once  sync.Once
+	state http.ConnState // guarded by l.mu
+	since uint64         // l.seq when state was set; guarded by l.mu
+}
+
+func (c *limitedConn) Close() error {
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		delete(c.l.conns, c)
+		c.l.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// refusedLogEvery bounds the warnings of a connection flood.
+const refusedLogEvery = time.Minute
+
+func (l *connLimiter) Accept() (net.Conn, error) {
+	for {
+		nc, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		c := &limitedConn{Conn: nc, l: l, state: http.StateNew}
+		l.mu.Lock()
+		var victim *limitedConn
+		if len(l.conns) >= l.max {
+			if victim = l.displaceable(); victim == nil {
+				l.refused++
+				refused, warn := l.refused, time.Since(l.lastWarn) >= refusedLogEvery
+				if warn {
+					l.lastWarn = time.Now()
+				}
+				l.mu.Unlock()
+				nc.Close()
+				if warn {
+					l.log.Warn("metrics connections at their cap, all in a request; closed a new one", "maxConns", l.max, "refusedTotal", refused)
+				}
+				continue
+			}
+			delete(l.conns, victim)
+		}
+		l.seq++
+		c.since = l.seq
+		l.conns[c] = struct{}{}
+		l.mu.Unlock()
+		if victim != nil {
+			victim.Close()
+		}
+		return c, nil
+	}
+}
+
+// displaceable returns the connection to close for a new one, or nil.
+func (l *connLimiter) displaceable() *limitedConn {
+	var best *limitedConn
+	for c := range l.conns {
+		switch {
+		case c.state != http.StateIdle && c.state != http.StateNew:
+		case best == nil:
+			best = c
+		case (c.state == http.StateIdle) != (best.state == http.StateIdle):
+			if c.state == http.StateIdle { // idle ones go first: new ones may be about to ask
+				best = c
+			}
+		case c.since < best.since:
+			best = c
+		}
+	}
+	return best
+}
+
+// setState is the server's ConnState hook.
+func (l *connLimiter) setState(nc net.Conn, s http.ConnState) {
+	c, ok := nc.(*limitedConn)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	l.seq++
+	c.state, c.since = s, l.seq
+	l.mu.Unlock()
+}
+
+// Addr is the bound address (the real port when asked for port 0), in
+// the form --metrics and flybus stats take it.
+func (m *metricsServer) Addr() string {
+	if a, ok := m.ln.Addr().(*net.UnixAddr); ok {
+		return "unix:" + a.Name
+	}
+	return m.ln.Addr().String()
+}
 
 // Close stops the server, letting requests in flight finish until ctx ends.
 func (m *metricsServer) Close(ctx context.Context) error {

@@ -41,8 +41,10 @@ func serveFlags(o *serveOptions) *flag.FlagSet {
 	// go before their transports are closed under them.
 	durationVar(set, &o.shutdown, "shutdown-timeout", 10*time.Second, "at shutdown, clients get `D` to go before their connections are closed")
 	set.StringVar(&o.logFormat, "log-format", "text", "`FORMAT` of the log on stderr: text or json")
-	set.StringVar(&o.metrics, "metrics", "", "serve Prometheus /metrics and /debug/pprof/ over HTTP on `ADDR`: HOST:PORT or\nhttp://HOST:PORT (\"9100\" or \":9100\" means 127.0.0.1:9100)")
+	set.StringVar(&o.metrics, "metrics", "", "serve Prometheus /metrics and the /details snapshot over HTTP on `ADDR`:\nHOST:PORT or http://HOST:PORT (\"9100\" or \":9100\" means 127.0.0.1:9100; a host\nthat is not loopback needs --metrics-public), or unix:PATH, a socket only\nthis user may connect to (see below)")
 	set.IntVar(&o.metricsLabelCap, "metrics-label-cap", defaultLabelCap, "with --metrics: at most `N` topics, subscriptions, services and clients get\nseries of their own; the rest are summed under the label value (other)")
+	set.BoolVar(&o.pprof, "pprof", false, "with --metrics: also serve Go's profiler at /debug/pprof/ (without it: 404)")
+	set.BoolVar(&o.metricsPublic, "metrics-public", false, "with --metrics: allow a HOST that is not loopback, e.g. 0.0.0.0, so the\nnetwork reaches the endpoint (logged as a warning)")
 	set.Var(&o.limits, "limit", "set one limit by its hello name, `NAME=VALUE` (repeatable), e.g. maxClients=128")
 	return set
 }
@@ -76,6 +78,18 @@ size keeps slots of its own until idle for 5 s, so the tmpfs holds more), or
 when programs that are not flybus clients read artifact files directly and
 keep them mapped after their owner lets go (a pool slot shows its later
 generations; a removed file keeps its bytes).
+
+Metrics. Whoever can connect to --metrics reads /metrics and /details, which
+name every client id, topic and service, and with --pprof profiles the
+router: on loopback that is every local user, with --metrics-public the
+network too (refused without it: exit 2). unix:PATH limits it to this user:
+the socket is created 0600, a stale one is replaced as the bus sockets are,
+and it is removed at exit. HTTP may hold at most min(64, RLIMIT_NOFILE/8)
+connections (at least 4), leaving the other descriptors to the bus; past
+that a new one displaces the oldest idle one, or is closed if all are in a
+request. Idle connections close after 30 s; request headers must arrive
+within 5 s and a response be taken within 30 s (a profile or trace gets
+its ?seconds on top).
 
 Without a policy (no --open, no "policy" in the file), each CLIENT_ID bound
 with --listen is admitted with every grant.
@@ -173,11 +187,15 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger, stdout io.Wr
 	// Sockets and the metrics port are checked before the router opens
 	// its store, so refusing to start (next to a live router, on a taken
 	// port) leaves nothing behind.
-	if err := checkSocketDirs(paths); err != nil {
+	sockets := paths
+	if path, ok := metricsSocket(cfg.Metrics); ok {
+		sockets = append(sockets[:len(sockets):len(sockets)], path)
+	}
+	if err := checkSocketDirs(sockets); err != nil {
 		log.Error("refusing to start", "err", err)
 		return exitFailure
 	}
-	removed, err := clearStaleSockets(paths)
+	removed, err := clearStaleSockets(sockets)
 	for _, p := range removed {
 		log.Info("removed a stale socket", "socket", p)
 	}
@@ -187,9 +205,15 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger, stdout io.Wr
 	}
 	var metricsLn net.Listener
 	if cfg.Metrics != "" {
-		if metricsLn, err = net.Listen("tcp", cfg.Metrics); err != nil {
+		if metricsLn, err = listenMetrics(cfg.Metrics); err != nil {
 			log.Error("cannot serve metrics", "addr", cfg.Metrics, "err", err)
 			return exitFailure
+		}
+		// A name such as localhost was taken for loopback unresolved.
+		if a, ok := metricsLn.Addr().(*net.TCPAddr); ok && !cfg.MetricsPublic && !a.IP.IsLoopback() {
+			metricsLn.Close()
+			log.Error("refusing to start: --metrics is not a loopback address; give --metrics-public to allow that", "addr", cfg.Metrics, "bound", a.String())
+			return exitUsage
 		}
 	}
 	created := missingDirs(cfg.Store)
@@ -230,8 +254,14 @@ func serve(ctx context.Context, cfg *serveConfig, log *slog.Logger, stdout io.Wr
 			"root", cfg.Store, "fsType", fmt.Sprintf("0x%x", fsType))
 	}
 	if metricsLn != nil {
-		metrics = serveMetrics(metricsLn, r, cfg.MetricsLabelCap, log)
-		log.Info("metrics listening", "addr", metrics.Addr())
+		lim := defaultMetricsLimits()
+		metrics = serveMetrics(metricsLn, r, cfg.MetricsLabelCap, cfg.Pprof, lim, log)
+		log.Info("metrics listening", "addr", metrics.Addr(), "pprof", cfg.Pprof, "maxConns", lim.maxConns)
+		if a, ok := metricsLn.Addr().(*net.TCPAddr); ok && !a.IP.IsLoopback() {
+			log.Warn("the metrics endpoint is open to the network (--metrics-public): anyone who can connect reads "+
+				"/metrics and /details, which name every client id, topic and service; firewall the port, or use 127.0.0.1:PORT or unix:PATH",
+				"addr", metrics.Addr(), "pprof", cfg.Pprof)
+		}
 	}
 	for _, l := range cfg.Listen {
 		if l.Client == "" {

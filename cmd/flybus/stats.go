@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -71,7 +72,8 @@ func printStats(ctx context.Context, w io.Writer, addr string, asJSON bool) erro
 		enc.SetIndent("", "  ")
 		return enc.Encode(d)
 	}
-	samples, err := scrape.Metrics(ctx, http.DefaultClient, "http://"+addr+"/metrics")
+	hc, base := metricsClient(addr)
+	samples, err := scrape.Metrics(ctx, hc, base+"/metrics")
 	if err != nil {
 		return err
 	}
@@ -80,7 +82,7 @@ func printStats(ctx context.Context, w io.Writer, addr string, asJSON bool) erro
 
 // metricsFlag defines --metrics, the endpoint of stats and top.
 func metricsFlag(set *flag.FlagSet, metrics *string) {
-	set.StringVar(metrics, "metrics", "", "the router's metrics `ADDR`, as given to serve --metrics: PORT, HOST:PORT or\nhttp://HOST:PORT (required)")
+	set.StringVar(metrics, "metrics", "", "the router's metrics `ADDR`, as given to serve --metrics: PORT, HOST:PORT,\nhttp://HOST:PORT or unix:PATH (required)")
 }
 
 // metricsCommand parses the flags of a command that reads a router's
@@ -106,7 +108,24 @@ func metricsCommand(c *command, set *flag.FlagSet, metrics *string, args []strin
 
 // fetchDetails reads a router's /details snapshot.
 func fetchDetails(ctx context.Context, addr string) (router.Details, error) {
-	return scrape.Details(ctx, http.DefaultClient, "http://"+addr+"/details")
+	hc, base := metricsClient(addr)
+	return scrape.Details(ctx, hc, base+"/details")
+}
+
+// metricsClient returns the client and base URL of a metrics address as
+// metricsAddr returns it: host:port, or unix:PATH, a Unix socket.
+func metricsClient(addr string) (*http.Client, string) {
+	path, ok := metricsSocket(addr)
+	if !ok {
+		return http.DefaultClient, "http://" + addr
+	}
+	// A client per fetch: without keep-alives it leaves no connection
+	// behind (top fetches every interval). The URL's host is only a name.
+	return &http.Client{Transport: &http.Transport{DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}}}, "http://unix"
 }
 
 // writeStatsTable prints the router's identity, then one figure a line,

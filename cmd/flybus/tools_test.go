@@ -36,7 +36,7 @@ func startBus(t *testing.T) *busUnderTest {
 		cliSock: filepath.Join(dir, "cli.sock")}
 	// ":0" also exercises the 127.0.0.1 default for a bare port.
 	b.p = startFlybus(t, "serve", "--store", filepath.Join(t.TempDir(), "s"), "--log-format", "json",
-		"--metrics", ":0", "--listen", b.svcSock+"=agent-a", "--listen", b.callerSock+"=caller",
+		"--metrics", ":0", "--pprof", "--listen", b.svcSock+"=agent-a", "--listen", b.callerSock+"=caller",
 		"--listen", b.cliSock+"=flybus-cli")
 	b.p.ready(t)
 	b.metricsAddr = b.p.logValue(t, "metrics listening", "addr")
