@@ -616,6 +616,7 @@ type Stats struct {
 	StoreFiles     int64  // staging and sealed files on disk; in pool mode, slots holding an artifact
 	PoolHits       uint64 // allocations served by a prepared staging file
 	PoolMisses     uint64
+	PreparedBytes  int64 // files mode: bytes of prepared staging files no artifact uses yet
 	// Pool mode: slot files (free and quarantined ones included), those
 	// free, those kept from reuse because a writer held them, their bytes.
 	Slots            int64

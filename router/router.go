@@ -199,7 +199,7 @@ func (r *Router) Stats() Stats {
 	if r.store.Mode() == store.ModePool {
 		s.StoreFiles = int64(st.Slots - st.FreeSlots - st.QuarantinedSlots) // slots holding an artifact
 	}
-	s.PoolHits, s.PoolMisses = st.PoolHits, st.PoolMisses
+	s.PoolHits, s.PoolMisses, s.PreparedBytes = st.PoolHits, st.PoolMisses, st.PooledBytes
 	s.Slots, s.FreeSlots, s.QuarantinedSlots, s.SlotBytes = int64(st.Slots), int64(st.FreeSlots), int64(st.QuarantinedSlots), st.SlotBytes
 	s.SlotsRetired = st.SlotsRetired
 	s.StoreOpens, s.StoreFallocates, s.StoreUnlinks = st.Opens, st.Fallocates, st.Unlinks
