@@ -12,6 +12,7 @@ import (
 	"github.com/flybus/flybus/client"
 	"github.com/flybus/flybus/internal/shmtest"
 	"github.com/flybus/flybus/wire"
+	"golang.org/x/sys/unix"
 )
 
 // A router process under `ulimit -n 128`, in pool mode, where every slot
@@ -96,6 +97,52 @@ func TestSlotDescriptorsAreBoundedPerClient(t *testing.T) {
 	})
 	t.Logf("the hog held %d slots; descriptors %d before, %d after, %d slot files left", held, fd0, fds(), slotFiles())
 	other.Close()
+	if err := child.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A router process whose store is a 6 MiB tmpfs: a client fills it with
+// four 1 MiB frames, lets them go (four free slots, 4 MiB of the 6), and
+// leaves; a 3 MiB allocation then meets ENOSPC, and the store gives its
+// free slots back and succeeds at once instead of failing until they
+// idle out.
+func TestFullTmpfsGivesFreeSlotsBack(t *testing.T) {
+	root := t.TempDir()
+	if err := unix.Mount("tmpfs", root, "tmpfs", 0, "size=6m,mode=0700"); err != nil {
+		t.Skipf("mounting a small tmpfs needs root: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(root, unix.MNT_DETACH) })
+	bin := flybusBinary(t, t.TempDir())
+	sock := filepath.Join(t.TempDir(), "bus.sock")
+	child, _ := serveChild(t, bin, root, sock)
+	ctx := ctxT(t)
+
+	filler, err := client.ConnectUnix(ctx, sock, client.Config{ClientID: "filler", StoreRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var frames []*client.Artifact
+	for i := range 4 {
+		frames = append(frames, produce(t, filler, frameBytes(byte(i), 1<<20)))
+	}
+	for _, a := range frames {
+		a.Close()
+	}
+	filler.Close()
+
+	c, err := client.ConnectUnix(ctx, sock, client.Config{ClientID: "big", StoreRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := frameBytes(9, 3<<20)
+	a := produce(t, c, data)
+	mustRead(t, a, data)
+	a.Close()
+	c.Close()
 	if err := child.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
