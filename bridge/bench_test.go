@@ -274,14 +274,14 @@ func benchBridge(b *testing.B, importMode string) {
 	frame := make([]byte, frameSize)
 	publish := func(n uint64) {
 		start := time.Now()
-		w, err := prod.Artifacts().Allocate(ctx, frameSize, "application/x-frame")
+		w, err := prod.Allocate(ctx, frameSize, "application/x-frame")
 		if err != nil {
 			b.Fatal(err)
 		}
 		frame[0], frame[1] = byte(n), byte(n>>8)
 		w.Write(frame)
 		s := sum(frame)
-		art, err := w.SealNoWaitWithDigest(s)
+		art, err := w.Seal(ctx, client.Digest(s), client.NoWait())
 		if err != nil {
 			b.Fatal(err)
 		}

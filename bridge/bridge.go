@@ -404,7 +404,7 @@ func (b *Bridge) runSession(ctx context.Context, c *client.Client) {
 	var svc *client.Service
 	if h := b.cfg.History; h != nil {
 		var err error
-		if svc, err = c.Register(sctx, h.Service, client.ServiceConfig{MaxQueued: 16, MaxInFlight: 4}); err != nil {
+		if svc, err = c.Register(sctx, h.Service, client.Queued(16), client.InFlight(4)); err != nil {
 			b.log.Warn("registering the history service", "service", h.Service, "err", err)
 			return
 		}

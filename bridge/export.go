@@ -19,12 +19,12 @@ import (
 // subscription stands.
 func (b *Bridge) export(ctx context.Context, c *client.Client, e *ExportConfig, ready chan<- struct{}) {
 	cnt := b.exports[e.Topic]
-	cfg := client.Bounded()
+	cfg := []client.SubscribeOption{client.Bounded()}
 	if e.Mode == "latest" {
 		// One in flight: while a frame is on its way, the router keeps
 		// only the newest value queued, so a slow link never builds a
 		// backlog and the coalesced values are counted in Replaced.
-		cfg = client.Latest().InFlight(1)
+		cfg = []client.SubscribeOption{client.Latest(), client.InFlight(1)}
 	}
 	var sub *client.Subscription
 	for {
@@ -35,7 +35,7 @@ func (b *Bridge) export(ctx context.Context, c *client.Client, e *ExportConfig, 
 			}
 		}
 		var err error
-		sub, err = c.Subscribe(ctx, e.Topic, cfg)
+		sub, err = c.Subscribe(ctx, e.Topic, cfg...)
 		if err == nil {
 			break
 		}

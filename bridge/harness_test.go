@@ -310,14 +310,14 @@ func publishFrame(t testing.TB, c *client.Client, topic string, n uint64, sizes 
 	var atts []client.Attachment
 	for name, size := range sizes {
 		data := fill(n, name, size)
-		w, err := c.Artifacts().Allocate(ctx, int64(size), "application/x-"+name)
+		w, err := c.Allocate(ctx, int64(size), "application/x-"+name)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := w.Write(data); err != nil {
 			t.Fatal(err)
 		}
-		a, err := w.SealWithDigest(ctx, sum(data))
+		a, err := w.Seal(ctx, client.Digest(sum(data)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -338,9 +338,9 @@ func publishFrame(t testing.TB, c *client.Client, topic string, n uint64, sizes 
 }
 
 // subscribe subscribes c to topic, failing the test on a refusal.
-func subscribe(t testing.TB, c *client.Client, topic string, cfg client.SubscriptionConfig) *client.Subscription {
+func subscribe(t testing.TB, c *client.Client, topic string, opts ...client.SubscribeOption) *client.Subscription {
 	t.Helper()
-	sub, err := c.Subscribe(ctxT(t), topic, cfg)
+	sub, err := c.Subscribe(ctxT(t), topic, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

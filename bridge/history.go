@@ -246,7 +246,7 @@ func (b *Bridge) loadFrame(ctx context.Context, c *client.Client, topic string, 
 			f.close()
 			return nil, fmt.Errorf("attachment name %q is too long", att)
 		}
-		art, err := w.SealNoWaitWithDigest(p.SHA256)
+		art, err := w.Seal(ctx, client.Digest(p.SHA256), client.NoWait())
 		if err != nil {
 			closeWriters(ws[i+1:])
 			f.close()

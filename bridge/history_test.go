@@ -44,7 +44,7 @@ func checkHistoryFrame(t *testing.T, res *client.Result, f *HistoryFrame) {
 
 func call(t *testing.T, c *client.Client, method string, in, out any) *client.Result {
 	t.Helper()
-	res, err := c.CallAndWait(ctxT(t), "bridge.history", 0, method, in)
+	res, err := c.CallAndWait(ctxT(t), "bridge.history", method, in)
 	if err != nil {
 		t.Fatal(err)
 	}

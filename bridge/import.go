@@ -174,7 +174,7 @@ func (im *importer) beginLocked(a *assembly) error {
 func allocateParts(ctx context.Context, c *client.Client, man *manifest) ([]*client.ArtifactWriter, error) {
 	ws := make([]*client.ArtifactWriter, 0, len(man.Artifacts))
 	for _, p := range man.Artifacts {
-		w, err := c.Artifacts().Allocate(ctx, p.Size, p.ContentType)
+		w, err := c.Allocate(ctx, p.Size, p.ContentType)
 		if err != nil {
 			closeWriters(ws)
 			return nil, err
@@ -256,7 +256,7 @@ func (im *importer) publish(ctx context.Context, s *session, a *assembly, ws []*
 		}
 	}()
 	for i, w := range ws {
-		art, err := w.SealNoWaitWithDigest(a.man.Artifacts[i].SHA256)
+		art, err := w.Seal(ctx, client.Digest(a.man.Artifacts[i].SHA256), client.NoWait())
 		if err != nil {
 			closeWriters(ws[i+1:])
 			im.cnt.droppedLocal.Add(1)
@@ -310,7 +310,7 @@ func (im *importer) publish(ctx context.Context, s *session, a *assembly, ws []*
 // sealed is the first failed seal of atts, if any.
 func sealed(ctx context.Context, atts []client.Attachment) error {
 	for _, at := range atts {
-		if err := at.Artifact.Sealed(ctx); err != nil {
+		if _, err := at.Artifact.Sealed(ctx); err != nil {
 			return err
 		}
 	}

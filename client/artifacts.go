@@ -176,21 +176,28 @@ func (c *Client) newArtifact(ref wire.ArtifactRef, g *guard) *Artifact {
 	return a
 }
 
-// Ref is the artifact's identity. For an artifact of SealNoWait it waits
-// for the seal's answer (and is the expected reference if the seal failed).
+// Ref is the artifact's identity. It never waits: for an artifact sealed
+// with NoWait whose seal is not answered yet it is the reference the seal
+// is expected to produce, which the answer may change (a pool-mode seal
+// that had to copy moves the artifact to another slot); Sealed returns
+// the final one.
 func (a *Artifact) Ref() wire.ArtifactRef {
 	if a.seal == nil {
 		return a.ref
 	}
-	<-a.seal.done
-	return a.seal.ref
+	select {
+	case <-a.seal.done:
+		return a.seal.ref
+	default:
+		return a.ref
+	}
 }
 
-// Sealed waits for the answer to SealNoWait and returns the seal's error,
-// if it failed. An artifact sealed any other way is sealed: nil at once.
-func (a *Artifact) Sealed(ctx context.Context) error {
-	_, err := a.settled(ctx)
-	return err
+// Sealed waits for the answer to a NoWait seal and returns the artifact's
+// final reference, or the seal's error. An artifact sealed any other way is
+// sealed: its reference at once.
+func (a *Artifact) Sealed(ctx context.Context) (wire.ArtifactRef, error) {
+	return a.settled(ctx)
 }
 
 // settled returns the artifact's reference once its seal is answered.

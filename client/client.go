@@ -268,10 +268,6 @@ func (c *Client) Err() error {
 	return c.lost
 }
 
-// ControlErrors counts fire-and-forget commands (consumes, releases,
-// unregisters, cancels) that the router refused.
-func (c *Client) ControlErrors() uint64 { return c.controlErrors.Load() }
-
 // Done is closed when the connection has ended.
 func (c *Client) Done() <-chan struct{} { return c.closed }
 

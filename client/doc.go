@@ -16,4 +16,14 @@
 // longer than Config.HeldCreditsWarnAfter is logged at once, without
 // waiting for a collection; Config.TrackHandles (or FLYBUS_TRACK_HANDLES=1)
 // makes both warnings say where the open handles were taken.
+//
+// The API follows three conventions. A Client is configured once, by the
+// Config given to Connect; every operation with settings takes them as a
+// variadic list of options after its required arguments (Subscribe with
+// Bounded, Queued, InFlight, Replay; Register with Queued, InFlight; Seal
+// with Digest, NoWait; Call with Pin and its attachments), each documenting
+// its default. Every call that can wait takes a context first. Handles
+// name their identity alike: ID for the bus id a handle has (Subscription,
+// PendingCall), Name and Incarnation for a service; counters are read
+// from Stats.
 package client

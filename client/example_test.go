@@ -62,7 +62,7 @@ func ExampleClient_Call() {
 
 	agent := connect(ctx, r, "agent")
 	defer agent.Close()
-	svc, err := agent.Register(ctx, "agent.counter", client.ServiceConfig{})
+	svc, err := agent.Register(ctx, "agent.counter")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func ExampleClient_Call() {
 	caller := connect(ctx, r, "caller")
 	defer caller.Close()
 	for _, n := range []int{2, 3} {
-		p, err := caller.Call(ctx, "agent.counter", svc.Incarnation(), "Counter.Add", map[string]int{"n": n})
+		p, err := caller.Call(ctx, "agent.counter", "Counter.Add", map[string]int{"n": n}, client.Pin(svc.Incarnation()))
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -107,7 +107,7 @@ func ExampleClient_Subscribe() {
 	}
 	// Replay delivers the retained value first; latest mode keeps only the
 	// newest undelivered one.
-	sub, err := bus.Subscribe(ctx, "session.snapshots", client.Latest().Replay(true))
+	sub, err := bus.Subscribe(ctx, "session.snapshots", client.Latest(), client.Replay())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func ExampleClient_Subscribe() {
 // frame is the producer's side of the artifact examples: allocate, fill,
 // seal, publish.
 func frame(ctx context.Context, bus *client.Client, topic string, pixels []byte) {
-	w, err := bus.Artifacts().Allocate(ctx, int64(len(pixels)), "image/x-rgba")
+	w, err := bus.Allocate(ctx, int64(len(pixels)), "image/x-rgba")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func frame(ctx context.Context, bus *client.Client, topic string, pixels []byte)
 		log.Fatal(err)
 	}
 	sum := sha256.Sum256(pixels)
-	img, err := w.SealWithDigest(ctx, hex.EncodeToString(sum[:]))
+	img, err := w.Seal(ctx, client.Digest(hex.EncodeToString(sum[:])))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func ExampleArtifactWriter_Seal() {
 	camera := connect(ctx, r, "camera")
 	defer camera.Close()
 
-	w, err := camera.Artifacts().Allocate(ctx, 8*4, "image/x-rgba")
+	w, err := camera.Allocate(ctx, 8*4, "image/x-rgba")
 	if err != nil {
 		log.Fatal(err)
 	}

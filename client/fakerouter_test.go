@@ -259,7 +259,7 @@ func (f *fakeRouter) admitCall(ctx context.Context, c *Client) (*PendingCall, ui
 	}
 	ch := make(chan result, 1)
 	go func() {
-		p, err := c.Call(ctx, "fake.svc", 0, "Fake.Method", nil)
+		p, err := c.Call(ctx, "fake.svc", "Fake.Method", nil)
 		ch <- result{p, err}
 	}()
 	env := f.command(wire.OpRPCCall)
@@ -342,7 +342,7 @@ func TestClientClosesOnRouterViolations(t *testing.T) {
 		},
 		"UnknownFieldInResult": func(f *fakeRouter, pw *fakePending) {
 			env := f.envelope(0, wire.Header{Kind: wire.KindDelivery, Op: wire.OpRPCResult}, &wire.Result{DeliveryID: 1,
-				CallID: pw.call.CallID(), Responder: wire.Identity{ClientID: "svc", ClientIncarnation: "inc-svc"},
+				CallID: pw.call.ID(), Responder: wire.Identity{ClientID: "svc", ClientIncarnation: "inc-svc"},
 				ServiceIncarnation: 1, Outcome: wire.RawJSON(`{}`)}, nil)
 			f.sendJSON(strings.Replace(env, `"outcome":{}`, `"outcome":{},"extra":1`, 1))
 		},
@@ -353,7 +353,7 @@ func TestClientClosesOnRouterViolations(t *testing.T) {
 			f.sendJSON(strings.Replace(env, `"payload":{}`, `"payload":{},"extra":1`, 1))
 		},
 		"NoticeWithAttachments": func(f *fakeRouter, pw *fakePending) {
-			f.send(wire.Header{Kind: wire.KindNotice, Op: wire.OpCallFailed}, &wire.CallFailed{CallID: pw.call.CallID(),
+			f.send(wire.Header{Kind: wire.KindNotice, Op: wire.OpCallFailed}, &wire.CallFailed{CallID: pw.call.ID(),
 				Code: wire.ErrCallGone, Message: "gone", Dispatch: wire.Dispatched}, att)
 		},
 		"CommandFromTheRouter": func(f *fakeRouter, pw *fakePending) {
@@ -404,7 +404,7 @@ func TestConsumesAreBatched(t *testing.T) {
 	}
 	ch := make(chan result, 1)
 	go func() {
-		s, err := c.Register(ctx, "batch.svc", ServiceConfig{})
+		s, err := c.Register(ctx, "batch.svc")
 		ch <- result{s, err}
 	}()
 	f.replyOK(f.command(wire.OpServiceRegister).ID, wire.OpServiceRegister, &wire.RegisterOK{ServiceIncarnation: 1})

@@ -262,7 +262,7 @@ func (g *fuzzProgram) script() []func() {
 	c, ctx := g.c, g.ctx
 	return []func(){
 		func() { // msg-2
-			svc, err := c.Register(ctx, "fuzz.svc", ServiceConfig{MaxQueued: 4, MaxInFlight: 4})
+			svc, err := c.Register(ctx, "fuzz.svc", Queued(4), InFlight(4))
 			if err != nil {
 				return
 			}
@@ -273,7 +273,7 @@ func (g *fuzzProgram) script() []func() {
 			})
 		},
 		func() { // msg-3
-			s, err := c.Subscribe(ctx, "fuzz.topic", Bounded().Queued(4).InFlight(2))
+			s, err := c.Subscribe(ctx, "fuzz.topic", Bounded(), Queued(4), InFlight(2))
 			if err != nil {
 				return
 			}
@@ -283,7 +283,7 @@ func (g *fuzzProgram) script() []func() {
 			})
 		},
 		func() { // msg-4
-			p, err := c.Call(ctx, "fuzz.svc", 0, "Fuzz.M", map[string]int{})
+			p, err := c.Call(ctx, "fuzz.svc", "Fuzz.M", map[string]int{})
 			if err != nil {
 				return
 			}
@@ -296,7 +296,7 @@ func (g *fuzzProgram) script() []func() {
 			res.Close()
 		},
 		func() { // msg-5
-			w, err := c.Artifacts().Allocate(ctx, 64, "application/x-fuzz")
+			w, err := c.Allocate(ctx, 64, "application/x-fuzz")
 			if err != nil {
 				return
 			}

@@ -46,35 +46,6 @@ func (c *Client) DeleteTopic(ctx context.Context, name string) (bool, error) {
 	return ok.Deleted, nil
 }
 
-// SubscriptionConfig chooses a subscription's mode and credits. Build one
-// with Latest() or Bounded() and adjust it.
-type SubscriptionConfig struct {
-	mode     wire.Mode
-	queued   int
-	inFlight int
-	replay   bool
-}
-
-// Latest is one replaceable queued value and 2 in flight.
-func Latest() SubscriptionConfig {
-	return SubscriptionConfig{mode: wire.ModeLatest, queued: 1, inFlight: 2}
-}
-
-// Bounded is a FIFO of 64 with 16 in flight; a full queue refuses
-// publications (BACKPRESSURE) rather than lose one.
-func Bounded() SubscriptionConfig {
-	return SubscriptionConfig{mode: wire.ModeBounded, queued: 64, inFlight: 16}
-}
-
-// Queued sets the queue bound (bounded mode only; latest is always 1).
-func (s SubscriptionConfig) Queued(n int) SubscriptionConfig { s.queued = n; return s }
-
-// InFlight sets how many delivered messages may be open at once.
-func (s SubscriptionConfig) InFlight(n int) SubscriptionConfig { s.inFlight = n; return s }
-
-// Replay asks for the topic's retained value first.
-func (s SubscriptionConfig) Replay(on bool) SubscriptionConfig { s.replay = on; return s }
-
 // PublishReceipt answers Publish: what admission did, not what consumers
 // have processed.
 type PublishReceipt struct {
@@ -115,10 +86,8 @@ type Subscription struct {
 }
 
 // Subscribe subscribes to a declared topic (NO_TOPIC otherwise).
-func (c *Client) Subscribe(ctx context.Context, topic string, cfg SubscriptionConfig) (*Subscription, error) {
-	if cfg.mode == 0 {
-		cfg = Latest()
-	}
+func (c *Client) Subscribe(ctx context.Context, topic string, opts ...SubscribeOption) (*Subscription, error) {
+	cfg := subscribeOptions(opts)
 	s := &Subscription{c: c, topic: topic, in: newInbox[*Message]()}
 	if c.stall.after > 0 {
 		s.cr.limit = cfg.inFlight
@@ -143,8 +112,9 @@ func (c *Client) Subscribe(ctx context.Context, topic string, cfg SubscriptionCo
 	return s, nil
 }
 
-// ID and TopicIncarnation identify the subscription.
+// ID, Topic and TopicIncarnation identify the subscription.
 func (s *Subscription) ID() wire.SubID                  { return s.id }
+func (s *Subscription) Topic() string                   { return s.topic }
 func (s *Subscription) TopicIncarnation() wire.TopicInc { return s.incarnation }
 
 // TryNext returns a message already received, without waiting; nothing

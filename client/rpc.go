@@ -44,13 +44,6 @@ func encodePayload(v any) (wire.RawJSON, error) {
 	return raw, nil
 }
 
-// ServiceConfig bounds a registration: calls waiting for dispatch and
-// dispatched calls whose request has not been closed.
-type ServiceConfig struct {
-	MaxQueued   int // default 16
-	MaxInFlight int // default 16
-}
-
 // Service is a registered endpoint. Next yields its requests.
 type Service struct {
 	c           *Client
@@ -61,14 +54,11 @@ type Service struct {
 	closed atomic.Bool
 }
 
-// Register claims an exclusive service name.
-func (c *Client) Register(ctx context.Context, name string, cfg ServiceConfig) (*Service, error) {
-	if cfg.MaxQueued == 0 {
-		cfg.MaxQueued = 16
-	}
-	if cfg.MaxInFlight == 0 {
-		cfg.MaxInFlight = 16
-	}
+// Register claims an exclusive service name. Queued and InFlight bound its
+// calls waiting for dispatch and its requests not yet replied to (16
+// each by default).
+func (c *Client) Register(ctx context.Context, name string, opts ...ServiceOption) (*Service, error) {
+	cfg := serviceOptions(opts)
 	s := &Service{c: c, name: name, in: newInbox[*Request]()}
 	var ok wire.RegisterOK
 	// Deliveries may follow the reply at once: install the service under
@@ -81,7 +71,7 @@ func (c *Client) Register(ctx context.Context, name string, cfg ServiceConfig) (
 	c.services[name] = s
 	c.mu.Unlock()
 	err := c.roundTrip(ctx, wire.OpServiceRegister, &wire.Register{Name: name,
-		MaxQueued: uint32(cfg.MaxQueued), MaxInFlight: uint32(cfg.MaxInFlight)}, &ok, func(err error) {
+		MaxQueued: uint32(cfg.queued), MaxInFlight: uint32(cfg.inFlight)}, &ok, func(err error) {
 		if err == nil { // registered after the caller gave up: undo it
 			c.fireAndForget(wire.OpServiceUnregister, &wire.Unregister{Name: name, ServiceIncarnation: ok.ServiceIncarnation})
 		}
@@ -113,6 +103,18 @@ func (s *Service) Next(ctx context.Context) (*Request, error) {
 		s.c.handles.handedOut(req.d.cleanup.rec)
 	}
 	return req, err
+}
+
+// TryNext returns a request if one is already queued, without waiting.
+func (s *Service) TryNext() (*Request, bool) {
+	if s.closed.Load() {
+		return nil, false
+	}
+	req, ok := s.in.tryNext()
+	if ok {
+		s.c.handles.handedOut(req.d.cleanup.rec)
+	}
+	return req, ok
 }
 
 // Serve hands each request to handle, in arrival order, and closes it when
@@ -309,8 +311,8 @@ type PendingCall struct {
 	closed  bool // Close was called
 }
 
-// CallID and Incarnation identify the admitted call.
-func (p *PendingCall) CallID() wire.CallID          { return p.id }
+// ID and Incarnation identify the admitted call.
+func (p *PendingCall) ID() wire.CallID              { return p.id }
 func (p *PendingCall) Incarnation() wire.ServiceInc { return p.incarnation }
 
 // finish settles the call with its one outcome; a later one is consumed.
@@ -409,16 +411,17 @@ func (p *PendingCall) Close() error {
 	return nil
 }
 
-// Call admits a call to target. pin, when nonzero, is the service
-// incarnation the call must reach (TARGET_CHANGED otherwise). payload is
-// any JSON-object value, or RawJSON.
-func (c *Client) Call(ctx context.Context, target string, pin wire.ServiceInc, method string, payload any, atts ...Attachment) (*PendingCall, error) {
+// Call admits a call of method to target. payload is any JSON-object
+// value, or RawJSON; opts are the call's attachments (Attach) and, to reach
+// only one incarnation of the service, Pin.
+func (c *Client) Call(ctx context.Context, target, method string, payload any, opts ...CallOption) (*PendingCall, error) {
 	raw, err := encodePayload(payload)
 	if err != nil {
 		return nil, err
 	}
-	return sendAttached(c, atts, func(watts []wire.Attachment, undo func()) (*PendingCall, error) {
-		return c.call(ctx, target, pin, method, raw, watts, undo)
+	o := callOptions(opts)
+	return sendAttached(c, o.atts, func(watts []wire.Attachment, undo func()) (*PendingCall, error) {
+		return c.call(ctx, target, o.pin, method, raw, watts, undo)
 	})
 }
 
@@ -464,8 +467,8 @@ func (c *Client) call(ctx context.Context, target string, pin wire.ServiceInc, m
 
 // CallAndWait calls and waits for the result. If ctx ends first the call is
 // abandoned (best-effort cancel) and ctx's error returned.
-func (c *Client) CallAndWait(ctx context.Context, target string, pin wire.ServiceInc, method string, payload any, atts ...Attachment) (*Result, error) {
-	p, err := c.Call(ctx, target, pin, method, payload, atts...)
+func (c *Client) CallAndWait(ctx context.Context, target, method string, payload any, opts ...CallOption) (*Result, error) {
+	p, err := c.Call(ctx, target, method, payload, opts...)
 	if err != nil {
 		return nil, err
 	}

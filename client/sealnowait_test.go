@@ -49,7 +49,7 @@ func pipelineFixture(t *testing.T) (*Client, *fakeRouter, *ArtifactWriter) {
 	}
 	ch := make(chan allocated, 1)
 	go func() {
-		w, err := c.Artifacts().Allocate(ctx, 4, "x/y")
+		w, err := c.Allocate(ctx, 4, "x/y")
 		ch <- allocated{w, err}
 	}()
 	env := f.command(wire.OpArtifactAllocate)
@@ -76,7 +76,7 @@ func sealAndPublish(t *testing.T) (ctx context.Context, f *fakeRouter, seal *wir
 	sealedCh := make(chan *Artifact, 1)
 	publishedCh := make(chan error, 1)
 	go func() {
-		a, err := w.SealNoWait()
+		a, err := w.Seal(ctx, NoWait())
 		if err != nil {
 			publishedCh <- err
 			return
@@ -118,8 +118,8 @@ func TestSealNoWaitSendsTheCommandBehindItAtOnce(t *testing.T) {
 		a.Close()
 		f.replyOK(f.command(wire.OpArtifactRelease).ID, wire.OpArtifactRelease, &wire.Released{})
 	}()
-	if err := a.Sealed(ctx); err != nil || a.Ref() != want {
-		t.Fatalf("sealed %v, ref %+v", err, a.Ref())
+	if ref, err := a.Sealed(ctx); err != nil || ref != want || a.Ref() != want {
+		t.Fatalf("sealed %v, ref %+v, Ref %+v", err, ref, a.Ref())
 	}
 }
 
@@ -139,7 +139,7 @@ func TestSealNoWaitFailureIsTheCommandsError(t *testing.T) {
 		t.Fatalf("publish behind a failed seal: %v", err)
 	}
 	a := <-sealed
-	if serr := a.Sealed(ctx); !errors.Is(serr, wire.ErrStoreFailure) {
+	if _, serr := a.Sealed(ctx); !errors.Is(serr, wire.ErrStoreFailure) {
 		t.Fatalf("Sealed: %v", serr)
 	}
 	// The artifact's Close releases the writer's id, as for any hold.
@@ -162,10 +162,10 @@ func TestAllocateAheadRefusedFallsBack(t *testing.T) {
 	allocate := func(rel string, owner uint64) <-chan error {
 		done := make(chan error, 1)
 		go func() {
-			w, err := c.Artifacts().Allocate(ctx, 4, "x/y")
+			w, err := c.Allocate(ctx, 4, "x/y")
 			if err == nil {
 				var a *Artifact
-				if a, err = w.SealNoWait(); err == nil {
+				if a, err = w.Seal(ctx, NoWait()); err == nil {
 					_, err = c.Publish(ctx, "t", wire.RawJSON(`{}`), Attach("frame", a))
 					a.Close()
 				}

@@ -63,7 +63,7 @@ func recordAttrs(r slog.Record) map[string]slog.Value {
 // subscribeFake subscribes c to topic "t" through the fake router, which
 // names the subscription sub-1, and from then on discards whatever the
 // client writes (the consumes its messages' Closes send).
-func subscribeFake(t *testing.T, ctx context.Context, c *Client, f *fakeRouter, cfg SubscriptionConfig) *Subscription {
+func subscribeFake(t *testing.T, ctx context.Context, c *Client, f *fakeRouter, opts ...SubscribeOption) *Subscription {
 	t.Helper()
 	type result struct {
 		s   *Subscription
@@ -71,7 +71,7 @@ func subscribeFake(t *testing.T, ctx context.Context, c *Client, f *fakeRouter, 
 	}
 	ch := make(chan result, 1)
 	go func() {
-		s, err := c.Subscribe(ctx, "t", cfg)
+		s, err := c.Subscribe(ctx, "t", opts...)
 		ch <- result{s, err}
 	}()
 	f.replyOK(f.command(wire.OpSubscribe).ID, wire.OpSubscribe, &wire.SubscribeOK{SubscriptionID: 1, TopicIncarnation: 1})
@@ -275,5 +275,5 @@ func stallSubscriber(t *testing.T, ctx context.Context, cfg Config) (*Client, *f
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c, f, subscribeFake(t, ctx, c, f, Bounded().InFlight(2))
+	return c, f, subscribeFake(t, ctx, c, f, Bounded(), InFlight(2))
 }

@@ -20,7 +20,7 @@ import (
 // sealBytes allocates, fills and seals data, with its digest if withDigest.
 func sealBytes(t testing.TB, ctx context.Context, c *Client, data []byte, withDigest bool) *Artifact {
 	t.Helper()
-	w, err := c.Artifacts().Allocate(ctx, int64(len(data)), "application/octet-stream")
+	w, err := c.Allocate(ctx, int64(len(data)), "application/octet-stream")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func sealBytes(t testing.TB, ctx context.Context, c *Client, data []byte, withDi
 	var a *Artifact
 	if withDigest {
 		sum := sha256.Sum256(data)
-		a, err = w.SealWithDigest(ctx, hex.EncodeToString(sum[:]))
+		a, err = w.Seal(ctx, Digest(hex.EncodeToString(sum[:])))
 	} else {
 		a, err = w.Seal(ctx)
 	}

@@ -13,12 +13,6 @@ import (
 	"github.com/flybus/flybus/wire"
 )
 
-// Artifacts is the client's artifact API.
-type Artifacts struct{ c *Client }
-
-// Artifacts returns the artifact API of this connection.
-func (c *Client) Artifacts() Artifacts { return Artifacts{c} }
-
 // ErrNoStoreRoot is returned for artifact work on a client that does not
 // know the router's store root.
 var ErrNoStoreRoot = errors.New("flybus: artifacts need Config.StoreRoot, the directory the router keeps its store under " +
@@ -26,8 +20,7 @@ var ErrNoStoreRoot = errors.New("flybus: artifacts need Config.StoreRoot, the di
 
 // Allocate reserves a staging file of exactly n bytes (unwritten bytes
 // read as zeros) and returns its unique writer.
-func (a Artifacts) Allocate(ctx context.Context, n int64, contentType string) (*ArtifactWriter, error) {
-	c := a.c
+func (c *Client) Allocate(ctx context.Context, n int64, contentType string) (*ArtifactWriter, error) {
 	if c.cfg.StoreRoot == "" {
 		return nil, ErrNoStoreRoot
 	}
@@ -227,21 +220,26 @@ func (w *ArtifactWriter) abandon() {
 }
 
 // Seal makes the bytes immutable and returns the artifact, held by the
-// writer's id (now an explicit hold). If the writer cannot close its
-// staging file, nothing is sealed: the allocation is released and the error
-// returned.
-func (w *ArtifactWriter) Seal(ctx context.Context) (*Artifact, error) {
-	return w.seal(ctx, wire.Opt[wire.Digest]{})
-}
-
-// SealWithDigest seals and has the router check the bytes' SHA-256
-// (64 lowercase hex digits): ARTIFACT_MISMATCH if they differ.
-func (w *ArtifactWriter) SealWithDigest(ctx context.Context, hexDigest string) (*Artifact, error) {
-	d, ok := wire.ParseDigest(hexDigest)
-	if !ok {
-		return nil, fmt.Errorf("flybus: digest %q is not 64 lowercase hex digits", hexDigest)
+// writer's id (now an explicit hold). With Digest the router checks the
+// bytes' SHA-256 (ARTIFACT_MISMATCH if they differ). With NoWait it returns
+// at once, without waiting for the router's answer: attach the artifact to
+// a Publish, Call or Reply straight away and the seal and that command cost
+// one round trip between them (the router finishes a seal before it reads
+// the connection's next command, so the command finds the artifact sealed;
+// if the seal fails, the command fails with the seal's error and nothing
+// is published, called or replied). Until then the artifact's Ref, View,
+// ReaderAt, ReadAll and Retain wait for the answer, and Sealed reports it.
+// If the writer cannot close its staging file, nothing is sealed: the
+// allocation is released and the error returned.
+func (w *ArtifactWriter) Seal(ctx context.Context, opts ...SealOption) (*Artifact, error) {
+	digest, noWait, err := sealOptions(opts)
+	if err != nil {
+		return nil, err // the writer is untouched: fix the digest and seal again
 	}
-	return w.seal(ctx, wire.Some(d))
+	if noWait {
+		return w.sealNoWait(digest)
+	}
+	return w.seal(ctx, digest)
 }
 
 func (w *ArtifactWriter) seal(ctx context.Context, digest wire.Opt[wire.Digest]) (*Artifact, error) {
@@ -274,32 +272,6 @@ func (w *ArtifactWriter) seal(ctx context.Context, digest wire.Opt[wire.Digest])
 		return nil, err
 	}
 	return c.newArtifact(ok.Ref, c.holdGuard(ok.OwnerID)), nil
-}
-
-// SealNoWait sends the seal and returns the artifact at once, without
-// waiting for the router's answer: attach it to a Publish, Call or Reply
-// straight away, and the seal and that command cost one round trip
-// between them. The router reads a connection's commands in order and
-// finishes a seal before the next one, so the command finds the artifact
-// sealed; if the seal fails, the command fails with the seal's error and
-// nothing is published, called or replied.
-//
-// Until the seal is answered the artifact's reference is the one the seal
-// is expected to produce. Ref, View, ReaderAt, ReadAll and Retain wait for
-// the answer; Sealed waits and reports the seal's outcome. Close the
-// artifact as one returned by Seal. A writer that cannot close its staging
-// file fails as it does in Seal.
-func (w *ArtifactWriter) SealNoWait() (*Artifact, error) {
-	return w.sealNoWait(wire.Opt[wire.Digest]{})
-}
-
-// SealNoWaitWithDigest is SealNoWait with SealWithDigest's check.
-func (w *ArtifactWriter) SealNoWaitWithDigest(hexDigest string) (*Artifact, error) {
-	d, ok := wire.ParseDigest(hexDigest)
-	if !ok {
-		return nil, fmt.Errorf("flybus: digest %q is not 64 lowercase hex digits", hexDigest)
-	}
-	return w.sealNoWait(wire.Some(d))
 }
 
 func (w *ArtifactWriter) sealNoWait(digest wire.Opt[wire.Digest]) (*Artifact, error) {

@@ -63,7 +63,7 @@ func waitReleased(t *testing.T, ctx context.Context, r *router.Router, c *Client
 		}
 		runtime.Gosched()
 	}
-	if n := c.ControlErrors(); n != 0 {
+	if n := c.Stats().ControlErrors; n != 0 {
 		t.Fatalf("%d control commands refused", n)
 	}
 }
@@ -73,7 +73,7 @@ func waitReleased(t *testing.T, ctx context.Context, r *router.Router, c *Client
 // close of it fails.
 func failingWriter(t *testing.T, ctx context.Context, r *router.Router, c *Client) *ArtifactWriter {
 	t.Helper()
-	w, err := c.Artifacts().Allocate(ctx, 4096, "x/y")
+	w, err := c.Allocate(ctx, 4096, "x/y")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestWriterReleasesWhenClosingItsFileFails(t *testing.T) {
 			return err
 		},
 		"SealNoWait": func(ctx context.Context, w *ArtifactWriter) error {
-			a, err := w.SealNoWait()
+			a, err := w.Seal(ctx, NoWait())
 			if a != nil {
 				a.Close()
 				return errors.New("SealNoWait returned an artifact")
@@ -171,7 +171,7 @@ func dropAndCollect(t *testing.T, ctx context.Context, r *router.Router, c *Clie
 
 //go:noinline
 func forgetWriter(t *testing.T, ctx context.Context, c *Client) {
-	if _, err := c.Artifacts().Allocate(ctx, 16, "x/y"); err != nil {
+	if _, err := c.Allocate(ctx, 16, "x/y"); err != nil {
 		t.Fatal(err)
 	}
 }

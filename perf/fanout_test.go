@@ -173,7 +173,7 @@ func startFanout(tb testing.TB, n int) *fanoutRig {
 	if _, err := r.pub.DeclareTopic(ctx, r.topic, wire.RetainNone); err != nil {
 		tb.Fatal(err)
 	}
-	w, err := r.pub.Artifacts().Allocate(ctx, fanoutArtifactBytes, "application/octet-stream")
+	w, err := r.pub.Allocate(ctx, fanoutArtifactBytes, "application/octet-stream")
 	if err != nil {
 		tb.Fatal(err)
 	}

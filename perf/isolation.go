@@ -147,7 +147,7 @@ func (s *schedule) connectSide(ctx context.Context, dial func(string) (*client.C
 			return err
 		}
 		// Never read: its messages stay in its inbox, its credit stays taken.
-		if sc.stalled, err = c.Subscribe(ctx, sc.topic, client.Bounded().Queued(stalledQueued).InFlight(stalledInFlight)); err != nil {
+		if sc.stalled, err = c.Subscribe(ctx, sc.topic, client.Bounded(), client.Queued(stalledQueued), client.InFlight(stalledInFlight)); err != nil {
 			return fmt.Errorf("subscribe the stalled subscriber: %w", err)
 		}
 	}

@@ -49,7 +49,7 @@ func (s *schedule) produce(ctx context.Context, planned int) {
 func (s *schedule) frameOnce(ctx context.Context, seq int, payload []byte) ([]byte, bool) {
 	out := s.out
 	t0 := time.Now()
-	w, err := s.producer.Artifacts().Allocate(ctx, FrameBytes, "image/x-rgba")
+	w, err := s.producer.Allocate(ctx, FrameBytes, "image/x-rgba")
 	t1 := time.Now()
 	if err != nil {
 		s.errs.Add("allocate", err)
@@ -88,7 +88,7 @@ func (s *schedule) frameOnce(ctx context.Context, seq int, payload []byte) ([]by
 			out.Seal.Add(tp.Sub(t2))
 		}
 	} else {
-		a, err = w.SealNoWait()
+		a, err = w.Seal(ctx, client.NoWait())
 	}
 	if err != nil {
 		s.errs.Add("seal", err)
@@ -206,8 +206,7 @@ func (f *fillStarts) get(seq int) (time.Time, bool) {
 func (s *schedule) call(ctx context.Context, i int, ag *agent, seq int, a *client.Artifact) (*client.PendingCall, error) {
 	payload := strconv.AppendInt([]byte(`{"seq":`), int64(seq), 10)
 	payload = append(payload, '}')
-	p, err := s.producer.Call(ctx, ag.name, ag.svc.Incarnation(), "Frame.Touch", wire.RawJSON(payload),
-		client.Attach("frame", a))
+	p, err := s.producer.Call(ctx, ag.name, "Frame.Touch", wire.RawJSON(payload), client.Pin(ag.svc.Incarnation()), client.Attach("frame", a))
 	if err != nil {
 		return nil, err
 	}

@@ -144,7 +144,7 @@ func (s *schedule) connect(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		sub, err := c.Subscribe(ctx, s.topic, client.Latest().InFlight(1))
+		sub, err := c.Subscribe(ctx, s.topic, client.Latest(), client.InFlight(1))
 		if err != nil {
 			return fmt.Errorf("subscribe: %w", err)
 		}
@@ -156,7 +156,7 @@ func (s *schedule) connect(ctx context.Context) error {
 			return err
 		}
 		name := fmt.Sprintf("perf.agent.s%d.a%d", s.env.index, i+1)
-		svc, err := c.Register(ctx, name, client.ServiceConfig{})
+		svc, err := c.Register(ctx, name)
 		if err != nil {
 			return fmt.Errorf("register %s: %w", name, err)
 		}

@@ -35,7 +35,7 @@ func TestAllocateAheadServesRepeatedSizes(t *testing.T) {
 		for i := range frames {
 			data := frameBytes(byte(i), 32<<10)
 			w := fill(t, prod, data)
-			a, err := w.SealNoWait()
+			a, err := w.Seal(ctx, client.NoWait())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -73,8 +73,8 @@ func TestAllocateAheadServesRepeatedSizes(t *testing.T) {
 // prepare its next allocation. The caller closes the artifact.
 func sendFrame(t *testing.T, c *client.Client, n int64) *client.Artifact {
 	t.Helper()
-	w := mustAllocate(t, ctxT(t), c.Artifacts(), n, "a/b")
-	a, err := w.SealNoWait()
+	w := mustAllocate(t, ctxT(t), c, n, "a/b")
+	a, err := w.Seal(ctxT(t), client.NoWait())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestAllocateAheadPreparesAfterTheFrameAndEvicts(t *testing.T) {
 		ctx := ctxT(t)
 		prod := h.dialWith("producer", client.Config{AllocateAhead: 1})
 		mustDeclare(t, prod, "sink", wire.RetainNone)
-		mustAllocate(t, ctx, prod.Artifacts(), 1<<20, "a/b").Close()
+		mustAllocate(t, ctx, prod, 1<<20, "a/b").Close()
 		if st := prod.Stats(); st.PreparedWriters != 0 {
 			t.Fatalf("%d allocations prepared before any frame went out", st.PreparedWriters)
 		}
@@ -106,7 +106,7 @@ func TestAllocateAheadPreparesAfterTheFrameAndEvicts(t *testing.T) {
 		waitFor(t, "the evicted allocation released", func() bool { return prod.Stats().PreparedReleased == 1 })
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
-		if _, err := prod.Artifacts().Allocate(cctx, 1<<10, "a/b"); err != nil && !errors.Is(err, context.Canceled) {
+		if _, err := prod.Allocate(cctx, 1<<10, "a/b"); err != nil && !errors.Is(err, context.Canceled) {
 			t.Fatal(err)
 		}
 		if err := prod.Close(); err != nil {

@@ -46,7 +46,7 @@ func BenchmarkArtifactFrame(b *testing.B) {
 	defer c.Close()
 	frame := frameBytes(1, frameSize)
 	// Warm the staging pool for this size.
-	w, _ := c.Artifacts().Allocate(ctx, frameSize, "image/x-rgba")
+	w, _ := c.Allocate(ctx, frameSize, "image/x-rgba")
 	w.Close()
 	// eachWriter times step on each iteration's writer, allocated (and
 	// written, if filled) with the timer stopped; what step returns is
@@ -54,7 +54,7 @@ func BenchmarkArtifactFrame(b *testing.B) {
 	eachWriter := func(b *testing.B, filled bool, step func(w *client.ArtifactWriter) io.Closer) {
 		for b.Loop() {
 			b.StopTimer()
-			w, _ := c.Artifacts().Allocate(ctx, frameSize, "image/x-rgba")
+			w, _ := c.Allocate(ctx, frameSize, "image/x-rgba")
 			if filled {
 				w.Write(frame)
 			}
@@ -69,7 +69,7 @@ func BenchmarkArtifactFrame(b *testing.B) {
 	b.Run("allocate", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			w, err := c.Artifacts().Allocate(ctx, frameSize, "image/x-rgba")
+			w, err := c.Allocate(ctx, frameSize, "image/x-rgba")
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -111,7 +111,7 @@ func BenchmarkArtifactFrame(b *testing.B) {
 		})
 	})
 	b.Run("view+read", func(b *testing.B) {
-		w, _ := c.Artifacts().Allocate(ctx, frameSize, "image/x-rgba")
+		w, _ := c.Allocate(ctx, frameSize, "image/x-rgba")
 		w.Write(frame)
 		a, err := w.Seal(ctx)
 		if err != nil {

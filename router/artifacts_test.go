@@ -32,7 +32,7 @@ func frameBytes(seed byte, n int) []byte {
 func produce(t *testing.T, c *client.Client, data []byte) *client.Artifact {
 	t.Helper()
 	ctx := ctxT(t)
-	w := mustAllocate(t, ctx, c.Artifacts(), int64(len(data)), "image/x-rgba")
+	w := mustAllocate(t, ctx, c, int64(len(data)), "image/x-rgba")
 	if _, err := w.Write(data); err != nil {
 		t.Fatal(err)
 	}
@@ -188,11 +188,11 @@ func TestSealChecksDigestAndAbandonCleansUp(t *testing.T) {
 		c := h.dial("producer")
 		data := frameBytes(9, 4096)
 		sum := sha256.Sum256(data)
-		w := mustAllocate(t, ctx, c.Artifacts(), 4096, "application/octet-stream")
+		w := mustAllocate(t, ctx, c, 4096, "application/octet-stream")
 		if _, err := w.Write(data); err != nil {
 			t.Fatal(err)
 		}
-		a, err := w.SealWithDigest(ctx, hex.EncodeToString(sum[:]))
+		a, err := w.Seal(ctx, client.Digest(hex.EncodeToString(sum[:])))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,15 +200,15 @@ func TestSealChecksDigestAndAbandonCleansUp(t *testing.T) {
 			t.Fatalf("digest not in the ref: %+v", a.Ref())
 		}
 		a.Close()
-		w2 := mustAllocate(t, ctx, c.Artifacts(), 4096, "application/octet-stream")
+		w2 := mustAllocate(t, ctx, c, 4096, "application/octet-stream")
 		if _, err := w2.Write(data); err != nil {
 			t.Fatal(err)
 		}
 		wrong := sha256.Sum256([]byte("other"))
-		if _, err := w2.SealWithDigest(ctx, hex.EncodeToString(wrong[:])); code(t, err) != wire.ErrArtifactMismatch {
+		if _, err := w2.Seal(ctx, client.Digest(hex.EncodeToString(wrong[:]))); code(t, err) != wire.ErrArtifactMismatch {
 			t.Fatalf("wrong digest: %v", err)
 		}
-		mustAllocate(t, ctx, c.Artifacts(), 4096, "application/octet-stream").Close() // abandoned unsealed
+		mustAllocate(t, ctx, c, 4096, "application/octet-stream").Close() // abandoned unsealed
 		waitFor(t, "abandoned artifacts collected", settled(h))
 		if s := h.r.Stats(); s.StoreFiles != 0 {
 			t.Fatalf("files left: %+v", s)
@@ -220,14 +220,14 @@ func TestArtifactQuotas(t *testing.T) {
 	forEachTransport(t, openWith(wire.Limits{MaxArtifactBytes: 1 << 20, MaxStoreBytes: 3 << 20}), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		c := h.dial("p")
-		if _, err := c.Artifacts().Allocate(ctx, 1<<20+1, "x/y"); code(t, err) != wire.ErrQuotaExceeded {
+		if _, err := c.Allocate(ctx, 1<<20+1, "x/y"); code(t, err) != wire.ErrQuotaExceeded {
 			t.Fatalf("over maxArtifactBytes: %v", err)
 		}
 		a := produce(t, c, frameBytes(1, 1<<20))
 		b := produce(t, c, frameBytes(2, 1<<20))
 		// Two sealed MiB and a third staged leave no room for a seal copy.
-		w := mustAllocate(t, ctx, c.Artifacts(), 1<<20, "x/y")
-		if _, err := c.Artifacts().Allocate(ctx, 1, "x/y"); code(t, err) != wire.ErrQuotaExceeded {
+		w := mustAllocate(t, ctx, c, 1<<20, "x/y")
+		if _, err := c.Allocate(ctx, 1, "x/y"); code(t, err) != wire.ErrQuotaExceeded {
 			t.Fatalf("over maxStoreBytes: %v", err)
 		}
 		if _, err := w.Seal(ctx); code(t, err) != wire.ErrQuotaExceeded {
@@ -282,7 +282,7 @@ func TestFanOutSharesOneFile(t *testing.T) {
 func TestExtractedArtifactOutlivesItsMessage(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		prod, cons, s := h.pubSub("producer", "consumer", "frames", wire.RetainNone, client.Bounded().InFlight(1))
+		prod, cons, s := h.pubSub("producer", "consumer", "frames", wire.RetainNone, client.Bounded(), client.InFlight(1))
 		data := frameBytes(8, 65536)
 		publishFrame(t, prod, "frames", nil, data)
 		m := nextMessage(t, ctx, s)
@@ -312,7 +312,7 @@ func TestForwardBeforeRelease(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		prod, coord, s := h.pubSub("producer", "coordinator", "frames", wire.RetainNone, client.Latest())
-		svc := mustRegister(t, ctx, h.dial("agent"), "agent.fly-a", client.ServiceConfig{})
+		svc := mustRegister(t, ctx, h.dial("agent"), "agent.fly-a")
 		data := frameBytes(4, 100_000)
 		publishFrame(t, prod, "frames", nil, data)
 		m := nextMessage(t, ctx, s)
@@ -339,7 +339,7 @@ func TestForwardBeforeRelease(t *testing.T) {
 func TestEndpointCacheReplaysArtifactResults(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		agent, caller, svc := h.serviceAndCaller("agent", "agent.render", client.ServiceConfig{})
+		agent, caller, svc := h.serviceAndCaller("agent", "agent.render")
 		data := frameBytes(6, 8192)
 		var cache *client.Artifact // by domain request id "r-1"
 		serve := func() {

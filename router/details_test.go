@@ -42,7 +42,7 @@ func TestDetailsShowWhoHoldsWhat(t *testing.T) {
 
 		// A latest subscriber that never reads: the first frame is in
 		// flight, the last one queued, the ones between coalesced.
-		latest := mustSubscribe(t, ctx, slow, "det.frames", client.Latest().InFlight(1))
+		latest := mustSubscribe(t, ctx, slow, "det.frames", client.Latest(), client.InFlight(1))
 		defer latest.Close()
 		data := frameBytes(7, 4096)
 		for i := range 5 {
@@ -60,7 +60,7 @@ func TestDetailsShowWhoHoldsWhat(t *testing.T) {
 
 		// A bounded subscriber with room for one in flight and two queued:
 		// the fourth publication is refused because of it.
-		bounded := mustSubscribe(t, ctx, full, "det.events", client.Bounded().Queued(2).InFlight(1))
+		bounded := mustSubscribe(t, ctx, full, "det.events", client.Bounded(), client.Queued(2), client.InFlight(1))
 		defer bounded.Close()
 		for i := range 3 {
 			if _, err := prod.Publish(ctx, "det.events", tick{N: i}); err != nil {
@@ -91,12 +91,12 @@ func TestDetailsShowWhoHoldsWhat(t *testing.T) {
 
 		// A service with one call in flight (its request not yet closed)
 		// and one queued; a request closed without a reply fails its call.
-		svc := mustRegister(t, ctx, svcc, "det.svc", client.ServiceConfig{MaxQueued: 1, MaxInFlight: 1})
+		svc := mustRegister(t, ctx, svcc, "det.svc", client.Queued(1), client.InFlight(1))
 		defer svc.Close()
 		first := mustCall(t, ctx, caller, "det.svc", 0, "M", tick{N: 1})
 		req := nextRequest(t, ctx, svc)
 		second := mustCall(t, ctx, caller, "det.svc", 0, "M", tick{N: 2})
-		if _, err := caller.Call(ctx, "det.svc", 0, "M", tick{N: 3}); code(t, err) != wire.ErrBackpressure {
+		if _, err := caller.Call(ctx, "det.svc", "M", tick{N: 3}); code(t, err) != wire.ErrBackpressure {
 			t.Fatalf("a call to a full service queue: %v", err)
 		}
 		byService := func(x router.ServiceDetail) string { return x.Name }

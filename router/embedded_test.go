@@ -79,7 +79,7 @@ func TestEmbeddedRouterHasAPrivateStore(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = u.Artifacts().Allocate(ctx, 10, "x")
+		_, err = u.Allocate(ctx, 10, "x")
 		if cfg.StoreRoot == "" && !errors.Is(err, client.ErrNoStoreRoot) {
 			t.Fatalf("no store root: %v", err)
 		}
@@ -109,7 +109,7 @@ func TestStoreRootIsOnlyLearnedFromTheRouter(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		if _, err := c.Artifacts().Allocate(ctxT(t), 10, "x"); !errors.Is(err, client.ErrNoStoreRoot) {
+		if _, err := c.Allocate(ctxT(t), 10, "x"); !errors.Is(err, client.ErrNoStoreRoot) {
 			t.Fatalf("allocate: %v", err)
 		}
 		mustDeclare(t, c, "still.up", wire.RetainNone)

@@ -203,17 +203,17 @@ func rpcScenario(t *testing.T, h *harness, tr *trace) {
 	info := caller.Info()
 	tr.record("hello", "major", info.SelectedMajor, "minor", info.SelectedMinor,
 		"maxClients", info.Limits.MaxClients, "maxServiceInFlight", info.Limits.MaxServiceInFlight)
-	svc, err := svcC.Register(ctx, "eq.counter", client.ServiceConfig{MaxQueued: 2, MaxInFlight: 1})
+	svc, err := svcC.Register(ctx, "eq.counter", client.Queued(2), client.InFlight(1))
 	tr.record("register", "name", "eq.counter", "err", err)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = caller.Register(ctx, "eq.counter", client.ServiceConfig{})
+	_, err = caller.Register(ctx, "eq.counter")
 	tr.record("register-again", "err", err)
 
 	call := func(n int) *client.PendingCall {
 		t.Helper()
-		p, err := caller.Call(ctx, "eq.counter", svc.Incarnation(), "Counter.Increment", counterArgs{Amount: n})
+		p, err := caller.Call(ctx, "eq.counter", "Counter.Increment", counterArgs{Amount: n}, client.Pin(svc.Incarnation()))
 		tr.record("call", "amount", n, "err", err)
 		if err != nil {
 			t.Fatal(err)
@@ -247,16 +247,16 @@ func rpcScenario(t *testing.T, h *harness, tr *trace) {
 		req.Close()
 		result(p)
 	}
-	_, err = caller.Call(ctx, "eq.missing", 0, "M", nil)
+	_, err = caller.Call(ctx, "eq.missing", "M", nil)
 	tr.record("call-missing", "err", err)
-	_, err = caller.Call(ctx, "eq.counter", svc.Incarnation()+1, "M", nil)
+	_, err = caller.Call(ctx, "eq.counter", "M", nil, client.Pin(svc.Incarnation()+1))
 	tr.record("call-stale-pin", "err", err)
 
 	// One in flight, two queued, the third refused.
 	p1 := call(10)
 	r1 := take()
 	p2, p3 := call(20), call(30)
-	_, err = caller.Call(ctx, "eq.counter", svc.Incarnation(), "Counter.Increment", counterArgs{Amount: 40})
+	_, err = caller.Call(ctx, "eq.counter", "Counter.Increment", counterArgs{Amount: 40}, client.Pin(svc.Incarnation()))
 	tr.record("call-over-queue", "err", err)
 	barrier(t, caller)
 	tr.record("queued", "n", h.r.Stats().Queued)
@@ -314,9 +314,9 @@ func pubsubScenario(t *testing.T, h *harness, tr *trace) {
 	tr.record("declare-again", "declared", info.Declared, "err", err)
 	_, err = pub.DeclareTopic(ctx, "eq.frames", wire.RetainNone)
 	tr.record("declare-conflict", "err", err)
-	bounded, err := sub.Subscribe(ctx, "eq.frames", client.Bounded().Queued(2).InFlight(1))
+	bounded, err := sub.Subscribe(ctx, "eq.frames", client.Bounded(), client.Queued(2), client.InFlight(1))
 	tr.record("subscribe", "mode", wire.ModeBounded, "err", err)
-	latest, err := sub.Subscribe(ctx, "eq.frames", client.Latest().InFlight(1))
+	latest, err := sub.Subscribe(ctx, "eq.frames", client.Latest(), client.InFlight(1))
 	tr.record("subscribe", "mode", wire.ModeLatest, "err", err)
 	if err != nil {
 		t.Fatal(err)
@@ -374,7 +374,7 @@ func pubsubScenario(t *testing.T, h *harness, tr *trace) {
 	lm3 := got("latest", latest)
 	readArt("kept-frame", kept)
 	stats("retained-hold")
-	late, err := sub.Subscribe(ctx, "eq.frames", client.Latest().Replay(true))
+	late, err := sub.Subscribe(ctx, "eq.frames", client.Latest(), client.Replay())
 	tr.record("subscribe-replay", "err", err)
 	replay := got("replay", late)
 	img := mustArtifact(t, replay, "frame")

@@ -35,7 +35,7 @@ func ExampleRouter() {
 		log.Fatal(err)
 	}
 	defer agent.Close()
-	svc, err := agent.Register(ctx, "agent.echo", client.ServiceConfig{})
+	svc, err := agent.Register(ctx, "agent.echo")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func ExampleRouter() {
 		log.Fatal(err)
 	}
 	defer coord.Close()
-	res, err := coord.CallAndWait(ctx, "agent.echo", 0, "Echo", map[string]int{"x": 1})
+	res, err := coord.CallAndWait(ctx, "agent.echo", "Echo", map[string]int{"x": 1})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func ExampleRouter() {
 	res.Close()
 
 	// Grants are enforced: the agent may not call.
-	_, err = agent.CallAndWait(ctx, "agent.echo", 0, "Echo", nil)
+	_, err = agent.CallAndWait(ctx, "agent.echo", "Echo", nil)
 	fmt.Println(err)
 	// Output:
 	// {"caller":"coordinator","echo":{"x":1}}

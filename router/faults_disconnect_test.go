@@ -129,8 +129,8 @@ func TestFaultSenderDropsAfterAdmission(t *testing.T) {
 		maps0 := storeMaps(t, h)
 		sub, agent := h.dial("sd-sub"), h.dial("sd-agent")
 		mustDeclare(t, sub, "fault.frames", wire.RetainNone)
-		s := mustSubscribe(t, ctx, sub, "fault.frames", client.Bounded().InFlight(4))
-		svc := mustRegister(t, ctx, agent, "fault.agent", client.ServiceConfig{MaxQueued: 4, MaxInFlight: 1})
+		s := mustSubscribe(t, ctx, sub, "fault.frames", client.Bounded(), client.InFlight(4))
+		svc := mustRegister(t, ctx, agent, "fault.agent", client.Queued(4), client.InFlight(1))
 		pub, pubNC := dialKept(t, h, "sd-pub")
 		caller, callerNC := dialKept(t, h, "sd-caller")
 		pubData, callData := frameBytes(11, 70_000), frameBytes(12, 50_000)
@@ -204,7 +204,7 @@ func TestFaultSenderDropsAfterAdmission(t *testing.T) {
 		// A responder that drops right after its reply is admitted: the
 		// result already owns its artifact.
 		resp, respNC := dialKept(t, h, "sd-responder")
-		render := mustRegister(t, ctx, resp, "fault.render", client.ServiceConfig{})
+		render := mustRegister(t, ctx, resp, "fault.render")
 		pc := mustCall(t, ctx, sub, "fault.render", render.Incarnation(), "Render", nil)
 		rq := nextRequest(t, ctx, render)
 		resData := frameBytes(14, 30_000)
@@ -290,7 +290,7 @@ func TestFaultConsumerDiesMidRead(t *testing.T) {
 		// A service dies while it reads a request's artifact.
 		caller := h.dial("cd-caller")
 		worker, workerNC := dialKept(t, h, "cd-worker")
-		svc := mustRegister(t, ctx, worker, "fault.reader", client.ServiceConfig{})
+		svc := mustRegister(t, ctx, worker, "fault.reader")
 		data := frameBytes(30, 200_000)
 		a := produce(t, caller, data)
 		p := mustCall(t, ctx, caller, "fault.reader", svc.Incarnation(), "Read", nil, client.Attach("frame", a))
@@ -340,13 +340,13 @@ func TestFaultConnectionLostMidCommand(t *testing.T) {
 		ctx := ctxT(t)
 		maps0 := storeMaps(t, h)
 		admin := h.dialWithTopic("lm-admin", "fault.lost", wire.RetainNone)
-		svc := mustRegister(t, ctx, admin, "fault.lost.svc", client.ServiceConfig{})
+		svc := mustRegister(t, ctx, admin, "fault.lost.svc")
 		ops := []struct {
 			op  wire.Op
 			run func(c *client.Client) error
 		}{
 			{wire.OpServiceRegister, func(c *client.Client) error {
-				_, err := c.Register(ctx, "fault.lost.mine", client.ServiceConfig{})
+				_, err := c.Register(ctx, "fault.lost.mine")
 				return err
 			}},
 			{wire.OpSubscribe, func(c *client.Client) error {
@@ -354,11 +354,11 @@ func TestFaultConnectionLostMidCommand(t *testing.T) {
 				return err
 			}},
 			{wire.OpArtifactAllocate, func(c *client.Client) error {
-				_, err := c.Artifacts().Allocate(ctx, 4096, "x/y")
+				_, err := c.Allocate(ctx, 4096, "x/y")
 				return err
 			}},
 			{wire.OpRPCCall, func(c *client.Client) error {
-				_, err := c.Call(ctx, "fault.lost.svc", svc.Incarnation(), "M", nil)
+				_, err := c.Call(ctx, "fault.lost.svc", "M", nil, client.Pin(svc.Incarnation()))
 				return err
 			}},
 			{wire.OpPublish, func(c *client.Client) error {

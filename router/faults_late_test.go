@@ -27,7 +27,7 @@ func TestFaultLostReply(t *testing.T) {
 		ctx := ctxT(t)
 		maps0 := storeMaps(t, h)
 		endpoint := h.dial("lr-endpoint")
-		svc := mustRegister(t, ctx, endpoint, "fault.cache", client.ServiceConfig{MaxQueued: 4, MaxInFlight: 1})
+		svc := mustRegister(t, ctx, endpoint, "fault.cache", client.Queued(4), client.InFlight(1))
 		data := frameBytes(40, 100_000)
 		cache := produce(t, endpoint, data) // the endpoint's cache entry for request r-1
 		type attempt struct {
@@ -62,8 +62,8 @@ func TestFaultLostReply(t *testing.T) {
 		retry := func(c *client.Client, n int, after wire.CallID) {
 			t.Helper()
 			p := call(c, n)
-			if p.CallID() <= after {
-				t.Fatalf("the retry reused %s after %s", p.CallID(), after)
+			if p.ID() <= after {
+				t.Fatalf("the retry reused %s after %s", p.ID(), after)
 			}
 			answer(take(n), true)
 			res := mustResult(t, ctx, p)
@@ -107,7 +107,7 @@ func TestFaultLostReply(t *testing.T) {
 		answer(take(4), true)
 		replied.Close()
 		onlyTheCache("abandoned calls to leave nothing")
-		retry(caller, 5, replied.CallID())
+		retry(caller, 5, replied.ID())
 
 		// 2. The caller disconnects before the reply: not routed, no
 		// caller-result roots.
@@ -128,7 +128,7 @@ func TestFaultLostReply(t *testing.T) {
 		answer(take(8), true)
 		cut(late, lateNC)
 		onlyTheCache("a dropped caller's result to be released")
-		retry(caller, 9, replied.CallID())
+		retry(caller, 9, replied.ID())
 
 		if st := h.r.Stats(); st.CallsTotal != uint64(admitted) || served != admitted-1 {
 			t.Fatalf("%d calls admitted, %d counted by the router, %d served (one was cancelled before dispatch)",
@@ -248,7 +248,7 @@ func TestFaultOldReleaseArrives(t *testing.T) {
 			q.do(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{holds[2]}}).Err, wire.ErrOwnerInvalid, wire.NotDispatched)
 		wantErr(t, "a dead connection's delivery on a new one",
 			q.do(wire.OpDeliveryConsumed, &wire.Consumed{DeliveryIDs: []wire.DeliveryID{msg.DeliveryID}}).Err, wire.ErrOwnerInvalid, wire.NotDispatched)
-		if n := pub.ControlErrors(); n != 0 {
+		if n := pub.Stats().ControlErrors; n != 0 {
 			t.Fatalf("%d SDK releases refused", n)
 		}
 		requireDrained(t, h, maps0)
@@ -267,10 +267,10 @@ func giveUpOps(c *client.Client, src *client.Artifact) []struct {
 		run  func(ctx context.Context, i int) (io.Closer, error)
 	}{
 		{"Allocate", func(ctx context.Context, _ int) (io.Closer, error) {
-			return c.Artifacts().Allocate(ctx, 4096, "x/y")
+			return c.Allocate(ctx, 4096, "x/y")
 		}},
 		{"Seal", func(ctx context.Context, _ int) (io.Closer, error) {
-			w, err := c.Artifacts().Allocate(context.Background(), 4096, "x/y")
+			w, err := c.Allocate(context.Background(), 4096, "x/y")
 			if err != nil {
 				return nil, err
 			}
@@ -291,7 +291,7 @@ func giveUpOps(c *client.Client, src *client.Artifact) []struct {
 			return c.Subscribe(ctx, "fault.gaveup", client.Latest())
 		}},
 		{"Register", func(ctx context.Context, i int) (io.Closer, error) {
-			return c.Register(ctx, fmt.Sprintf("fault.gaveup.svc-%d", i), client.ServiceConfig{})
+			return c.Register(ctx, fmt.Sprintf("fault.gaveup.svc-%d", i))
 		}},
 	}
 }
@@ -316,7 +316,7 @@ func TestFaultGrantsAfterTheCallerGaveUp(t *testing.T) {
 		// A seal refused (no room for its copy) after its caller gave up.
 		c := h.dial("gu-refused")
 		a, b := produce(t, c, frameBytes(1, 1<<20)), produce(t, c, frameBytes(2, 1<<20))
-		w, err := c.Artifacts().Allocate(ctx, 1<<20, "x/y")
+		w, err := c.Allocate(ctx, 1<<20, "x/y")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -419,7 +419,7 @@ func TestFaultGrantsAfterTheCallerGaveUp(t *testing.T) {
 		// Seal replies come after store I/O, so a late one may follow any
 		// barrier: wait for the SDK's release to land instead.
 		settle(t, h, "every late grant to be given back", idle)
-		if n := c.ControlErrors(); n != 0 {
+		if n := c.Stats().ControlErrors; n != 0 {
 			t.Errorf("%d SDK releases or unregisters refused", n)
 		}
 		requireDrained(t, h, maps0)

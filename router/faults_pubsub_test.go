@@ -19,7 +19,7 @@ func TestFaultQueuedFrameReplaced(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		maps0 := storeMaps(t, h)
-		pub, viewer, s := h.pubSub("qr-pub", "qr-viewer", "fault.latest", wire.RetainLatest, client.Latest().InFlight(1))
+		pub, viewer, s := h.pubSub("qr-pub", "qr-viewer", "fault.latest", wire.RetainLatest, client.Latest(), client.InFlight(1))
 		var datas [5][]byte
 		publish := func(n int) client.PublishReceipt {
 			t.Helper()
@@ -90,7 +90,7 @@ func TestFaultSubscriptionClosedWithDeliveriesInUse(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		maps0 := storeMaps(t, h)
-		pub, cons, s := h.pubSub("sc-pub", "sc-cons", "fault.sub", wire.RetainNone, client.Bounded().InFlight(1))
+		pub, cons, s := h.pubSub("sc-pub", "sc-cons", "fault.sub", wire.RetainNone, client.Bounded(), client.InFlight(1))
 		d1, d2 := frameBytes(60, 80_000), frameBytes(61, 80_000)
 		for i, d := range [][]byte{d1, d2} {
 			a := produce(t, pub, d)
@@ -126,7 +126,7 @@ func TestFaultSubscriptionClosedWithDeliveriesInUse(t *testing.T) {
 		img.Close()
 		m.Close() // a consume for a subscription that no longer exists
 		barrier(t, cons)
-		if n := cons.ControlErrors(); n != 0 {
+		if n := cons.Stats().ControlErrors; n != 0 {
 			t.Fatalf("%d consumes or releases refused", n)
 		}
 		requireDrained(t, h, maps0)

@@ -36,10 +36,10 @@ func TestFaultRouterRestart(t *testing.T) {
 		if _, err := c.Publish(ctx, "fault.restart", tick{N: 1}, client.Attach("frame", a)); err != nil {
 			t.Fatal(err)
 		}
-		s := mustSubscribe(t, ctx, c, "fault.restart", client.Latest().Replay(true))
+		s := mustSubscribe(t, ctx, c, "fault.restart", client.Latest(), client.Replay())
 		m, _ := next(t, s)
 		v := mustView(t, a, data)
-		svc := mustRegister(t, ctx, c, "fault.restart.svc", client.ServiceConfig{})
+		svc := mustRegister(t, ctx, c, "fault.restart.svc")
 		oldRef := a.Ref()
 		if err := h.r.Shutdown(ctx); err != nil {
 			t.Fatal(err)
@@ -52,8 +52,11 @@ func TestFaultRouterRestart(t *testing.T) {
 			{"read", func() error { _, err := a.ReadAll(ctx); return err }()},
 			{"retain", func() error { _, err := a.Retain(ctx); return err }()},
 			{"publish", func() error { _, err := c.Publish(ctx, "fault.restart", nil); return err }()},
-			{"call", func() error { _, err := c.Call(ctx, "fault.restart.svc", svc.Incarnation(), "M", nil); return err }()},
-			{"allocate", func() error { _, err := c.Artifacts().Allocate(ctx, 10, "x/y"); return err }()},
+			{"call", func() error {
+				_, err := c.Call(ctx, "fault.restart.svc", "M", nil, client.Pin(svc.Incarnation()))
+				return err
+			}()},
+			{"allocate", func() error { _, err := c.Allocate(ctx, 10, "x/y"); return err }()},
 			{"subscribe", func() error { _, err := c.Subscribe(ctx, "fault.restart", client.Latest()); return err }()},
 		}
 		for _, ch := range checks {
@@ -254,7 +257,7 @@ func routerCrash(t *testing.T, bin string, mode store.Mode) {
 	if _, err := a.ReadAll(ctx); code(t, err) != wire.ErrRouterLost {
 		t.Fatalf("an artifact of the crashed router: %v", err)
 	}
-	if _, err := c.Artifacts().Allocate(ctx, 1, "x/y"); code(t, err) != wire.ErrRouterLost {
+	if _, err := c.Allocate(ctx, 1, "x/y"); code(t, err) != wire.ErrRouterLost {
 		t.Fatalf("allocate on the dead connection: %v", err)
 	}
 	if _, err := os.Stat(deadDir); err != nil {

@@ -66,7 +66,7 @@ func TestSlotDescriptorsAreBoundedPerClient(t *testing.T) {
 	defer hog.Close()
 	held := 0
 	for {
-		_, err := hog.Artifacts().Allocate(ctx, 1, "x/y")
+		_, err := hog.Allocate(ctx, 1, "x/y")
 		if err != nil {
 			if code(t, err) != wire.ErrQuotaExceeded || !strings.Contains(err.Error(), "share of the store's slot files") {
 				t.Fatalf("allocation %d: %v, want QUOTA_EXCEEDED for the client's share of the slots", held+1, err)

@@ -369,7 +369,7 @@ func hexDigest(b []byte) string {
 // recorded seal checks no digest unless the digest is of zeros.
 func seedArtifact(ctx context.Context, t *testing.T, c *client.Client, data []byte) *client.Artifact {
 	t.Helper()
-	w := must(c.Artifacts().Allocate(ctx, int64(len(data)), "application/x-seed"))
+	w := must(c.Allocate(ctx, int64(len(data)), "application/x-seed"))
 	must(w.Write(data))
 	return must(w.Seal(ctx))
 }
@@ -391,22 +391,22 @@ func seedSessions() []seedSession {
 		}},
 		{"rpc", func(ctx context.Context, t *testing.T, nc net.Conn, root string) {
 			c := seedConnect(ctx, t, nc, root, "seed-rpc")
-			svc := must(c.Register(ctx, "seed.svc", client.ServiceConfig{MaxQueued: 2, MaxInFlight: 1}))
+			svc := must(c.Register(ctx, "seed.svc", client.Queued(2), client.InFlight(1)))
 			// A call answered.
-			p := must(c.Call(ctx, "seed.svc", svc.Incarnation(), "Seed.Echo", map[string]int{"n": 1}))
+			p := must(c.Call(ctx, "seed.svc", "Seed.Echo", map[string]int{"n": 1}, client.Pin(svc.Incarnation())))
 			req := must(svc.Next(ctx))
 			must(req.Reply(ctx, map[string]int{"n": 2}))
 			req.Close()
 			must(p.Result(ctx)).Close()
 			// A call cancelled after dispatch, its request given up.
-			p = must(c.Call(ctx, "seed.svc", 0, "Seed.Slow", map[string]int{}))
+			p = must(c.Call(ctx, "seed.svc", "Seed.Slow", map[string]int{}))
 			req = must(svc.Next(ctx))
 			must(p.Cancel(ctx))
 			req.Close()
 			p.Close()
 			// A call queued behind a dispatched one, cancelled before dispatch.
-			p = must(c.Call(ctx, "seed.svc", 0, "Seed.First", map[string]int{}))
-			q := must(c.Call(ctx, "seed.svc", 0, "Seed.Second", map[string]int{}))
+			p = must(c.Call(ctx, "seed.svc", "Seed.First", map[string]int{}))
+			q := must(c.Call(ctx, "seed.svc", "Seed.Second", map[string]int{}))
 			req = must(svc.Next(ctx))
 			must(q.Cancel(ctx))
 			q.Close()
@@ -414,10 +414,10 @@ func seedSessions() []seedSession {
 			req.Close()
 			must(p.Result(ctx)).Close()
 			// Refused calls: no service, a stale incarnation.
-			if _, err := c.Call(ctx, "seed.none", 0, "X", map[string]int{}); err == nil {
+			if _, err := c.Call(ctx, "seed.none", "X", map[string]int{}); err == nil {
 				t.Fatal("a call to no service was admitted")
 			}
-			if _, err := c.Call(ctx, "seed.svc", svc.Incarnation()+1, "X", map[string]int{}); err == nil {
+			if _, err := c.Call(ctx, "seed.svc", "X", map[string]int{}, client.Pin(svc.Incarnation()+1)); err == nil {
 				t.Fatal("a call to another incarnation was admitted")
 			}
 			svc.Close()
@@ -427,14 +427,14 @@ func seedSessions() []seedSession {
 			c := seedConnect(ctx, t, nc, root, "seed-pubsub")
 			must(c.DeclareTopic(ctx, "seed.topic", wire.RetainLatest))
 			must(c.DeclareTopic(ctx, "seed.topic", wire.RetainLatest))
-			s := must(c.Subscribe(ctx, "seed.topic", client.Bounded().Queued(2).InFlight(1)))
+			s := must(c.Subscribe(ctx, "seed.topic", client.Bounded(), client.Queued(2), client.InFlight(1)))
 			for n := range 3 {
 				must(c.Publish(ctx, "seed.topic", map[string]int{"n": n}))
 			}
 			for range 2 {
 				must(s.Next(ctx)).Close()
 			}
-			l := must(c.Subscribe(ctx, "seed.topic", client.Latest().Replay(true)))
+			l := must(c.Subscribe(ctx, "seed.topic", client.Latest(), client.Replay()))
 			must(l.Next(ctx)).Close()
 			if _, err := c.Subscribe(ctx, "seed.none", client.Latest()); err == nil {
 				t.Fatal("subscribed to no topic")
@@ -465,16 +465,16 @@ func seedSessions() []seedSession {
 			a.Close()
 			// A writer abandoned, a seal without digest, a digest mismatch,
 			// an allocation over maxArtifactBytes.
-			w := must(c.Artifacts().Allocate(ctx, 100, "application/x-seed"))
+			w := must(c.Allocate(ctx, 100, "application/x-seed"))
 			w.Close()
-			w = must(c.Artifacts().Allocate(ctx, 64, "application/x-seed"))
-			must(w.SealWithDigest(ctx, hexDigest(make([]byte, 64)))).Close()
-			w = must(c.Artifacts().Allocate(ctx, 64, "application/x-seed"))
+			w = must(c.Allocate(ctx, 64, "application/x-seed"))
+			must(w.Seal(ctx, client.Digest(hexDigest(make([]byte, 64))))).Close()
+			w = must(c.Allocate(ctx, 64, "application/x-seed"))
 			must(w.Write(seedBytes(64, 3)))
-			if _, err := w.SealWithDigest(ctx, hexDigest(seedBytes(64, 4))); err == nil {
+			if _, err := w.Seal(ctx, client.Digest(hexDigest(seedBytes(64, 4)))); err == nil {
 				t.Fatal("a wrong digest was sealed")
 			}
-			if _, err := c.Artifacts().Allocate(ctx, 2<<20, "application/x-seed"); err == nil {
+			if _, err := c.Allocate(ctx, 2<<20, "application/x-seed"); err == nil {
 				t.Fatal("allocated over maxArtifactBytes")
 			}
 			s.Close()
@@ -483,10 +483,10 @@ func seedSessions() []seedSession {
 		}},
 		{"rpc-artifacts", func(ctx context.Context, t *testing.T, nc net.Conn, root string) {
 			c := seedConnect(ctx, t, nc, root, "seed-rpc-artifacts")
-			svc := must(c.Register(ctx, "seed.render", client.ServiceConfig{}))
+			svc := must(c.Register(ctx, "seed.render"))
 			in := seedBytes(3000, 5)
 			a := seedArtifact(ctx, t, c, in)
-			p := must(c.Call(ctx, "seed.render", 0, "Render", map[string]int{}, client.Attach("in", a)))
+			p := must(c.Call(ctx, "seed.render", "Render", map[string]int{}, client.Attach("in", a)))
 			a.Close()
 			req := must(svc.Next(ctx))
 			ra := must(req.Artifact("in"))
@@ -510,7 +510,7 @@ func seedSessions() []seedSession {
 		{"backpressure", func(ctx context.Context, t *testing.T, nc net.Conn, root string) {
 			c := seedConnect(ctx, t, nc, root, "seed-backpressure")
 			must(c.DeclareTopic(ctx, "seed.full", wire.RetainNone))
-			s := must(c.Subscribe(ctx, "seed.full", client.Bounded().Queued(1).InFlight(1)))
+			s := must(c.Subscribe(ctx, "seed.full", client.Bounded(), client.Queued(1), client.InFlight(1)))
 			refused := 0
 			for n := range 4 {
 				if _, err := c.Publish(ctx, "seed.full", map[string]int{"n": n}); err != nil {
@@ -522,10 +522,10 @@ func seedSessions() []seedSession {
 			}
 			s.Close()
 			must(c.DeleteTopic(ctx, "seed.full"))
-			svc := must(c.Register(ctx, "seed.busy", client.ServiceConfig{MaxQueued: 1, MaxInFlight: 1}))
+			svc := must(c.Register(ctx, "seed.busy", client.Queued(1), client.InFlight(1)))
 			var calls []*client.PendingCall
 			for range 3 {
-				if p, err := c.Call(ctx, "seed.busy", 0, "M", map[string]int{}); err == nil {
+				if p, err := c.Call(ctx, "seed.busy", "M", map[string]int{}); err == nil {
 					calls = append(calls, p)
 				}
 			}

@@ -441,18 +441,28 @@ func step2[H, A, B, R any](method func(H, context.Context, A, B) (R, error)) fun
 }
 
 var (
-	mustSubscribe = step2((*client.Client).Subscribe)
-	mustRegister  = step2((*client.Client).Register)
-	nextMessage   = step((*client.Subscription).Next)
-	nextRequest   = step((*client.Service).Next)
-	mustResult    = step((*client.PendingCall).Result)
-	mustMap       = step((*client.Artifact).View)
-	mustAllocate  = step2(client.Artifacts.Allocate)
+	nextMessage  = step((*client.Subscription).Next)
+	nextRequest  = step((*client.Service).Next)
+	mustResult   = step((*client.PendingCall).Result)
+	mustMap      = step((*client.Artifact).View)
+	mustAllocate = step2((*client.Client).Allocate)
 )
 
-func mustCall(t *testing.T, ctx context.Context, c *client.Client, target string, pin wire.ServiceInc, method string, payload any, atts ...client.Attachment) *client.PendingCall {
+func mustSubscribe(t *testing.T, ctx context.Context, c *client.Client, topic string, opts ...client.SubscribeOption) *client.Subscription {
 	t.Helper()
-	p, err := c.Call(ctx, target, pin, method, payload, atts...)
+	s, err := c.Subscribe(ctx, topic, opts...)
+	return orFatal(t, s, err)
+}
+
+func mustRegister(t *testing.T, ctx context.Context, c *client.Client, name string, opts ...client.ServiceOption) *client.Service {
+	t.Helper()
+	s, err := c.Register(ctx, name, opts...)
+	return orFatal(t, s, err)
+}
+
+func mustCall(t *testing.T, ctx context.Context, c *client.Client, target string, pin wire.ServiceInc, method string, payload any, atts ...client.CallOption) *client.PendingCall {
+	t.Helper()
+	p, err := c.Call(ctx, target, method, payload, append([]client.CallOption{client.Pin(pin)}, atts...)...)
 	return orFatal(t, p, err)
 }
 
@@ -470,25 +480,25 @@ func mustArtifact(t *testing.T, from attached, name string) *client.Artifact {
 
 // pubSub dials a publisher and a subscriber, declares topic and subscribes
 // to it: where most publish/subscribe tests start.
-func (h *harness) pubSub(pubID, subID, topic string, r wire.Retention, cfg client.SubscriptionConfig) (pub, sub *client.Client, s *client.Subscription) {
+func (h *harness) pubSub(pubID, subID, topic string, r wire.Retention, opts ...client.SubscribeOption) (pub, sub *client.Client, s *client.Subscription) {
 	h.t.Helper()
 	pub, sub = h.dial(pubID), h.dial(subID)
-	return pub, sub, declareAndSubscribe(h.t, pub, sub, topic, r, cfg)
+	return pub, sub, declareAndSubscribe(h.t, pub, sub, topic, r, opts...)
 }
 
 // declareAndSubscribe declares topic through pub and subscribes sub to it.
-func declareAndSubscribe(t *testing.T, pub, sub *client.Client, topic string, r wire.Retention, cfg client.SubscriptionConfig) *client.Subscription {
+func declareAndSubscribe(t *testing.T, pub, sub *client.Client, topic string, r wire.Retention, opts ...client.SubscribeOption) *client.Subscription {
 	t.Helper()
 	mustDeclare(t, pub, topic, r)
-	return mustSubscribe(t, ctxT(t), sub, topic, cfg)
+	return mustSubscribe(t, ctxT(t), sub, topic, opts...)
 }
 
 // serviceAndCaller dials a service's client, registers name on it and
 // dials a caller: where most SDK call tests start.
-func (h *harness) serviceAndCaller(svcID, name string, cfg client.ServiceConfig) (svcClient, caller *client.Client, svc *client.Service) {
+func (h *harness) serviceAndCaller(svcID, name string, opts ...client.ServiceOption) (svcClient, caller *client.Client, svc *client.Service) {
 	h.t.Helper()
 	svcClient, caller = h.dial(svcID), h.dial("caller")
-	return svcClient, caller, mustRegister(h.t, ctxT(h.t), svcClient, name, cfg)
+	return svcClient, caller, mustRegister(h.t, ctxT(h.t), svcClient, name, opts...)
 }
 
 // openLocation opens a location the router granted with open

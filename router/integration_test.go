@@ -110,7 +110,7 @@ type simSnapshot struct {
 // simProduce writes and seals one artifact from a goroutine that must not
 // call t.Fatal.
 func simProduce(ctx context.Context, c *client.Client, data []byte) (*client.Artifact, error) {
-	w, err := c.Artifacts().Allocate(ctx, int64(len(data)), "image/x-rgba")
+	w, err := c.Allocate(ctx, int64(len(data)), "image/x-rgba")
 	if err != nil {
 		return nil, err
 	}
@@ -358,7 +358,7 @@ func TestIntegrationSessionOverOneRouter(t *testing.T) {
 		// Authority is exactly the grants: naming a target is not enough.
 		for what, err := range map[string]error{
 			"presentation calls the environment": func() error {
-				_, err := pres.Call(ctx, "sim.env", 0, "Env.Advance", nil)
+				_, err := pres.Call(ctx, "sim.env", "Env.Advance", nil)
 				return err
 			}(),
 			"presentation subscribes to raw frames": func() error {
@@ -366,7 +366,7 @@ func TestIntegrationSessionOverOneRouter(t *testing.T) {
 				return err
 			}(),
 			"an agent registers the other's name": func() error {
-				_, err := agentA.Register(ctx, "sim.agent.b", client.ServiceConfig{})
+				_, err := agentA.Register(ctx, "sim.agent.b")
 				return err
 			}(),
 			"the recorder publishes a snapshot": func() error {
@@ -381,12 +381,12 @@ func TestIntegrationSessionOverOneRouter(t *testing.T) {
 
 		mustDeclare(t, env, "sim.env.frames", wire.RetainNone)
 		mustDeclare(t, coord, "sim.snapshots", wire.RetainLatest)
-		frameSub := mustSubscribe(t, ctx, coord, "sim.env.frames", client.Bounded().Queued(4).InFlight(2))
-		presSub := mustSubscribe(t, ctx, pres, "sim.snapshots", client.Latest().InFlight(1).Replay(true))
-		recSub := mustSubscribe(t, ctx, rec, "sim.snapshots", client.Bounded().Queued(64).InFlight(4).Replay(true))
-		svcA := mustRegister(t, ctx, agentA, "sim.agent.a", client.ServiceConfig{MaxQueued: 2, MaxInFlight: 1})
-		svcB := mustRegister(t, ctx, agentB, "sim.agent.b", client.ServiceConfig{MaxQueued: 2, MaxInFlight: 1})
-		svcEnv := mustRegister(t, ctx, env, "sim.env", client.ServiceConfig{MaxQueued: 2, MaxInFlight: 1})
+		frameSub := mustSubscribe(t, ctx, coord, "sim.env.frames", client.Bounded(), client.Queued(4), client.InFlight(2))
+		presSub := mustSubscribe(t, ctx, pres, "sim.snapshots", client.Latest(), client.InFlight(1), client.Replay())
+		recSub := mustSubscribe(t, ctx, rec, "sim.snapshots", client.Bounded(), client.Queued(64), client.InFlight(4), client.Replay())
+		svcA := mustRegister(t, ctx, agentA, "sim.agent.a", client.Queued(2), client.InFlight(1))
+		svcB := mustRegister(t, ctx, agentB, "sim.agent.b", client.Queued(2), client.InFlight(1))
+		svcEnv := mustRegister(t, ctx, env, "sim.env", client.Queued(2), client.InFlight(1))
 
 		gate := &rendezvous{steps: map[int]chan struct{}{}, seen: map[int]int{}}
 		fr := &frames{m: map[int][]byte{}}
@@ -417,8 +417,9 @@ func TestIntegrationSessionOverOneRouter(t *testing.T) {
 
 		// An incomplete batch is refused by the environment's domain, not
 		// by the bus, and does not advance it.
-		res, err := coord.CallAndWait(ctx, "sim.env", svcEnv.Incarnation(), "Env.Advance",
-			simBatch{Step: 0, Actions: []simAct{{Agent: "agent-a", Step: 0}}})
+		res, err := coord.CallAndWait(ctx, "sim.env", "Env.Advance",
+			simBatch{Step: 0, Actions: []simAct{{Agent: "agent-a", Step: 0}}}, client.Pin(svcEnv.Incarnation()),
+		)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -458,7 +459,7 @@ func TestIntegrationSessionOverOneRouter(t *testing.T) {
 				acts = append(acts, a)
 				results++
 			}
-			res, err := coord.CallAndWait(ctx, "sim.env", svcEnv.Incarnation(), "Env.Advance", simBatch{Step: step, Actions: acts})
+			res, err := coord.CallAndWait(ctx, "sim.env", "Env.Advance", simBatch{Step: step, Actions: acts}, client.Pin(svcEnv.Incarnation()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -544,7 +545,7 @@ func TestIntegrationSessionOverOneRouter(t *testing.T) {
 		requireDrained(t, h, maps0)
 		settle(t, h, "services and subscriptions to go", func(s router.Stats) bool { return s.Services == 0 && s.Subscriptions == 0 })
 		for _, c := range []*client.Client{env, agentA, agentB, coord, pres, rec} {
-			if n := c.ControlErrors(); n != 0 {
+			if n := c.Stats().ControlErrors; n != 0 {
 				t.Fatalf("%s: %d consumes, releases or unregisters refused", c.Info().Identity.ClientID, n)
 			}
 		}

@@ -62,7 +62,7 @@ func TestPoolOpenViewsOutliveEveryEnd(t *testing.T) {
 		rng := rand.New(rand.NewPCG(uint64(rounds), 26))
 		pub := h.dialWithTopic("ends-pub", "ends.frames", wire.RetainNone)
 		keeper := h.dial("ends-keeper")
-		ks := mustSubscribe(t, ctx, keeper, "ends.frames", client.Bounded().Queued(16).InFlight(12)) // room for the frames it holds and a round's
+		ks := mustSubscribe(t, ctx, keeper, "ends.frames", client.Bounded(), client.Queued(16), client.InFlight(12)) // room for the frames it holds and a round's
 		var keeperHeld []*client.Message
 		sizes := []int{4096, 64 << 10}
 		var kept []keptView
@@ -70,7 +70,7 @@ func TestPoolOpenViewsOutliveEveryEnd(t *testing.T) {
 		ends := map[string]int{}
 		for round := range rounds {
 			cons, nc := dialKept(t, h, fmt.Sprintf("ends-cons-%d", round))
-			s := mustSubscribe(t, ctx, cons, "ends.frames", client.Bounded().Queued(8).InFlight(4))
+			s := mustSubscribe(t, ctx, cons, "ends.frames", client.Bounded(), client.Queued(8), client.InFlight(4))
 			k := 1 + rng.IntN(4)
 			digests := make([][32]byte, k)
 			first := frame

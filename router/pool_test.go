@@ -104,7 +104,7 @@ func TestPoolStaleGenerationIsGone(t *testing.T) {
 func TestPoolViewsUseOneMappingPerSlot(t *testing.T) {
 	forEachTransportIn(t, open(), []store.Mode{store.ModePool}, func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		prod, cons, s := h.pubSub("camera", "viewer", "frames", wire.RetainNone, client.Bounded().InFlight(1))
+		prod, cons, s := h.pubSub("camera", "viewer", "frames", wire.RetainNone, client.Bounded(), client.InFlight(1))
 		const frames, size = 40, 64 << 10
 		var base router.Stats
 		for i := range frames {
@@ -199,11 +199,11 @@ func TestPoolEveryByteMatchesItsGeneration(t *testing.T) {
 		ready := make(chan struct{}, consumers)
 		for ci := range consumers {
 			cons := h.dial(fmt.Sprintf("consumer-%d", ci))
-			cfg := client.Bounded().Queued(8).InFlight(4)
+			cfg := []client.SubscribeOption{client.Bounded(), client.Queued(8), client.InFlight(4)}
 			if ci == 2 {
-				cfg = client.Latest().Replay(true)
+				cfg = []client.SubscribeOption{client.Latest(), client.Replay()}
 			}
-			s := mustSubscribe(t, ctx, cons, "pool.frames", cfg)
+			s := mustSubscribe(t, ctx, cons, "pool.frames", cfg...)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -277,14 +277,14 @@ func TestPoolEveryByteMatchesItsGeneration(t *testing.T) {
 			data := frameBytes(byte(i), size)
 			sum := sha256.Sum256(data)
 			d := hex.EncodeToString(sum[:])
-			w, err := prod.Artifacts().Allocate(ctx, int64(size), "x/frame")
+			w, err := prod.Allocate(ctx, int64(size), "x/frame")
 			if err != nil {
 				t.Fatal(err)
 			}
 			if _, err := w.Write(data); err != nil {
 				t.Fatal(err)
 			}
-			a, err := w.SealWithDigest(ctx, d)
+			a, err := w.Seal(ctx, client.Digest(d))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -117,7 +117,7 @@ func TestBoundedOverflowRefusesTheWholePublication(t *testing.T) {
 		ctx := ctxT(t)
 		pub, a, b := h.dial("pub"), h.dial("a"), h.dial("b")
 		mustDeclare(t, pub, "events", wire.RetainLatest)
-		small := mustSubscribe(t, ctx, a, "events", client.Bounded().Queued(2).InFlight(1))
+		small := mustSubscribe(t, ctx, a, "events", client.Bounded(), client.Queued(2), client.InFlight(1))
 		roomy := mustSubscribe(t, ctx, b, "events", client.Bounded())
 		// a: one in flight (held, not closed) and two queued, then full.
 		mustPublish(t, pub, "events", 0)
@@ -137,7 +137,7 @@ func TestBoundedOverflowRefusesTheWholePublication(t *testing.T) {
 			}
 			m.Close()
 		}
-		late := mustSubscribe(t, ctx, b, "events", client.Latest().Replay(true))
+		late := mustSubscribe(t, ctx, b, "events", client.Latest(), client.Replay())
 		m, n := next(t, late)
 		if n != 2 || m.TopicSequence != 3 {
 			t.Fatalf("retained after refusal: n=%d seq=%d", n, m.TopicSequence)
@@ -159,7 +159,7 @@ func TestBoundedOverflowRefusesTheWholePublication(t *testing.T) {
 
 func TestLatestCoalescesAndCountsReplaced(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		pub, _, s := h.pubSub("pub", "viewer", "frames", wire.RetainNone, client.Latest().InFlight(1))
+		pub, _, s := h.pubSub("pub", "viewer", "frames", wire.RetainNone, client.Latest(), client.InFlight(1))
 		mustPublish(t, pub, "frames", 0)
 		first, n := next(t, s) // in flight: later ones coalesce in the one slot
 		if n != 0 {
@@ -184,7 +184,7 @@ func TestLatestCoalescesAndCountsReplaced(t *testing.T) {
 func TestLatestSubscriberNeverRefusesAPublication(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		pub, _, s := h.pubSub("pub", "spectator", "feed", wire.RetainNone, client.Latest().InFlight(1))
+		pub, _, s := h.pubSub("pub", "spectator", "feed", wire.RetainNone, client.Latest(), client.InFlight(1))
 		pad := strings.Repeat("x", 60_000)
 		for i := range 100 {
 			if _, err := pub.Publish(ctx, "feed", map[string]any{"n": i, "pad": pad}); err != nil {
@@ -210,7 +210,7 @@ func TestRetainedReplayPrecedesLaterPublications(t *testing.T) {
 		// admits first, the replay comes before anything published later.
 		done := make(chan error, 1)
 		go func() { _, err := pub.Publish(ctx, "snapshots", tick{N: 2}); done <- err }()
-		s := mustSubscribe(t, ctx, subc, "snapshots", client.Bounded().Replay(true))
+		s := mustSubscribe(t, ctx, subc, "snapshots", client.Bounded(), client.Replay())
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
@@ -236,7 +236,7 @@ func TestRetainedReplayPrecedesLaterPublications(t *testing.T) {
 		if cleared, err := pub.ClearTopic(ctx, "snapshots"); err != nil || !cleared {
 			t.Fatalf("clear: %v %v", cleared, err)
 		}
-		s2 := mustSubscribe(t, ctx, subc, "snapshots", client.Latest().Replay(true))
+		s2 := mustSubscribe(t, ctx, subc, "snapshots", client.Latest(), client.Replay())
 		if m, ok := s2.TryNext(); ok {
 			t.Fatalf("replay after clear: %+v", m)
 		}
@@ -247,7 +247,7 @@ func TestRetainedReplayPrecedesLaterPublications(t *testing.T) {
 		}
 		m.Close()
 		// s2 saw no replay: prove it by a fresh subscriber getting 4.
-		s3 := mustSubscribe(t, ctx, subc, "snapshots", client.Latest().Replay(true))
+		s3 := mustSubscribe(t, ctx, subc, "snapshots", client.Latest(), client.Replay())
 		m, n = next(t, s3)
 		if n != 4 || m.TopicSequence != 4 {
 			t.Fatalf("replay of 4: n=%d seq=%d", n, m.TopicSequence)
@@ -258,7 +258,7 @@ func TestRetainedReplayPrecedesLaterPublications(t *testing.T) {
 
 func TestCreditsReturnOnlyOnConsume(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		pub, _, s := h.pubSub("pub", "sub", "work", wire.RetainNone, client.Bounded().InFlight(2))
+		pub, _, s := h.pubSub("pub", "sub", "work", wire.RetainNone, client.Bounded(), client.InFlight(2))
 		for i := range 4 {
 			mustPublish(t, pub, "work", i)
 		}
@@ -284,7 +284,7 @@ func TestCreditsReturnOnlyOnConsume(t *testing.T) {
 
 func TestUnsubscribeKeepsDeliveredMessages(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		pub, _, s := h.pubSub("pub", "sub", "t", wire.RetainNone, client.Bounded().InFlight(1))
+		pub, _, s := h.pubSub("pub", "sub", "t", wire.RetainNone, client.Bounded(), client.InFlight(1))
 		mustPublish(t, pub, "t", 1)
 		mustPublish(t, pub, "t", 2)
 		held, _ := next(t, s)
@@ -330,8 +330,8 @@ func TestSaturatedSubscriberDoesNotDelayControlOrRPC(t *testing.T) {
 		ctx := ctxT(t)
 		pub, slow, svcClient := h.dial("pub"), h.dial("slow"), h.dial("svc")
 		mustDeclare(t, pub, "firehose", wire.RetainNone)
-		mustSubscribe(t, ctx, slow, "firehose", client.Bounded().Queued(64).InFlight(16))
-		svc := mustRegister(t, ctx, svcClient, "status", client.ServiceConfig{})
+		mustSubscribe(t, ctx, slow, "firehose", client.Bounded(), client.Queued(64), client.InFlight(16))
+		svc := mustRegister(t, ctx, svcClient, "status")
 		go serveCounter(ctx, svc)
 		for i := range 200 {
 			if _, err := pub.Publish(ctx, "firehose", tick{N: i}); err != nil {
@@ -339,13 +339,13 @@ func TestSaturatedSubscriberDoesNotDelayControlOrRPC(t *testing.T) {
 			}
 		}
 		// The saturated client itself still gets replies and results.
-		res, err := slow.CallAndWait(ctx, "status", 0, "Status", counterArgs{Amount: 1})
+		res, err := slow.CallAndWait(ctx, "status", "Status", counterArgs{Amount: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
 		res.Close()
 		mustDeclare(t, slow, "other", wire.RetainNone)
-		res, err = pub.CallAndWait(ctx, "status", 0, "Status", counterArgs{Amount: 1})
+		res, err = pub.CallAndWait(ctx, "status", "Status", counterArgs{Amount: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -369,7 +369,7 @@ func TestSubscriptionQuotas(t *testing.T) {
 		if _, err := c.Subscribe(ctx, "c", client.Latest()); code(t, err) != wire.ErrQuotaExceeded {
 			t.Fatalf("maxSubscriptionsPerClient: %v", err)
 		}
-		if _, err := c.Subscribe(ctx, "c", client.Latest().InFlight(3)); code(t, err) != wire.ErrInvalidEnvelope {
+		if _, err := c.Subscribe(ctx, "c", client.Latest(), client.InFlight(3)); code(t, err) != wire.ErrInvalidEnvelope {
 			t.Fatalf("latest in-flight over the limit: %v", err)
 		}
 	})
@@ -400,7 +400,7 @@ func TestLatestMaxQueuedIsOne(t *testing.T) {
 		ctx := ctxT(t)
 		c := h.dial("sub")
 		mustDeclare(t, c, "frames", wire.RetainNone)
-		if _, err := c.Subscribe(ctx, "frames", client.Latest().Queued(2)); code(t, err) != wire.ErrInvalidEnvelope {
+		if _, err := c.Subscribe(ctx, "frames", client.Latest(), client.Queued(2)); code(t, err) != wire.ErrInvalidEnvelope {
 			t.Fatalf("latest with maxQueued 2: %v", err)
 		}
 		if h.r.Stats().Subscriptions != 0 {
@@ -489,7 +489,7 @@ func TestTopicDeliveriesLeaveTheRPCReserve(t *testing.T) {
 		ctx := ctxT(t)
 		pub, sub, svcc := h.dial("pub"), h.dial("sub"), h.dial("svc")
 		mustDeclare(t, pub, "t", wire.RetainNone)
-		s := mustSubscribe(t, ctx, sub, "t", client.Bounded().InFlight(16))
+		s := mustSubscribe(t, ctx, sub, "t", client.Bounded(), client.InFlight(16))
 		for i := range 6 {
 			mustPublish(t, pub, "t", i)
 		}
@@ -503,9 +503,9 @@ func TestTopicDeliveriesLeaveTheRPCReserve(t *testing.T) {
 		if m, ok := s.TryNext(); ok {
 			t.Fatalf("delivered past the topic budget: %+v", m)
 		}
-		svc := mustRegister(t, ctx, svcc, "status", client.ServiceConfig{})
+		svc := mustRegister(t, ctx, svcc, "status")
 		go serveCounter(ctx, svc)
-		res, err := sub.CallAndWait(ctx, "status", 0, "S", counterArgs{Amount: 1})
+		res, err := sub.CallAndWait(ctx, "status", "S", counterArgs{Amount: 1})
 		if err != nil {
 			t.Fatalf("RPC inside the reserve: %v", err)
 		}
@@ -555,16 +555,16 @@ func TestBoundedReplayRespectsTheBytePool(t *testing.T) {
 		publish60KB("big")
 		// Occupy the pool: a bounded subscription with one in flight held
 		// and one 60 KB message queued.
-		s1 := mustSubscribe(t, ctx, sub, "fill", client.Bounded().InFlight(1))
+		s1 := mustSubscribe(t, ctx, sub, "fill", client.Bounded(), client.InFlight(1))
 		publish60KB("fill")
 		held := nextMessage(t, ctx, s1)
 		publish60KB("fill")
 		waitFor(t, "60 KB queued", func() bool { return h.r.Stats().QueuedBytes > 60_000 })
-		if _, err := sub.Subscribe(ctx, "big", client.Bounded().Replay(true)); code(t, err) != wire.ErrBackpressure {
+		if _, err := sub.Subscribe(ctx, "big", client.Bounded(), client.Replay()); code(t, err) != wire.ErrBackpressure {
 			t.Fatalf("replay over the byte pool: %v", err)
 		}
 		// A latest subscriber's replay is outside the pool.
-		latest := mustSubscribe(t, ctx, sub, "big", client.Latest().Replay(true))
+		latest := mustSubscribe(t, ctx, sub, "big", client.Latest(), client.Replay())
 		nextMessage(t, ctx, latest).Close()
 		held.Close()
 	})

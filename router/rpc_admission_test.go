@@ -217,7 +217,7 @@ func TestResultsRespectCallerOwnerBudget(t *testing.T) {
 	forEachTransport(t, router.Config{Policy: router.OpenPolicy(), Limits: l}, func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		svcClient := h.dial("budget-svc")
-		svc := mustRegister(t, ctx, svcClient, "budget.svc", client.ServiceConfig{MaxQueued: 32, MaxInFlight: 16})
+		svc := mustRegister(t, ctx, svcClient, "budget.svc", client.Queued(32), client.InFlight(16))
 		c := newPeer(t, h, "budget-caller")
 		// Pipeline every call and read nothing yet: the router's writer
 		// for the caller stalls on the first frames it cannot write.

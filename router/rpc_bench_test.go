@@ -24,7 +24,7 @@ func BenchmarkRPCRoundTrip(b *testing.B) {
 			dial := benchClients(b, unix)
 			svcClient, caller := dial("svc"), dial("caller")
 			ctx := context.Background()
-			svc, err := svcClient.Register(ctx, "bench.echo", client.ServiceConfig{})
+			svc, err := svcClient.Register(ctx, "bench.echo")
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -37,7 +37,7 @@ func BenchmarkRPCRoundTrip(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				res, err := caller.CallAndWait(ctx, "bench.echo", svc.Incarnation(), "Echo.Echo", payload)
+				res, err := caller.CallAndWait(ctx, "bench.echo", "Echo.Echo", payload, client.Pin(svc.Incarnation()))
 				if err != nil {
 					b.Fatal(err)
 				}

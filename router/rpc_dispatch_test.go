@@ -279,7 +279,7 @@ func TestRouterIDsFollowWriteOrder(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range helperCalls {
-				res, err := helper.CallAndWait(ctx, "lanes.svc", 0, "Lanes.Helper", nil)
+				res, err := helper.CallAndWait(ctx, "lanes.svc", "Lanes.Helper", nil)
 				if err != nil {
 					var be *wire.BusError
 					if !errors.As(err, &be) || be.Code != wire.ErrCallGone {

@@ -125,7 +125,7 @@ func TestShutdownClosesEveryClient(t *testing.T) {
 			c    *client.Client
 			name string
 		}{{a, "shut.a"}, {b, "shut.b"}} {
-			svc, err := s.c.Register(ctx, s.name, client.ServiceConfig{MaxQueued: 8, MaxInFlight: 1})
+			svc, err := s.c.Register(ctx, s.name, client.Queued(8), client.InFlight(1))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -137,7 +137,7 @@ func TestShutdownClosesEveryClient(t *testing.T) {
 			target string
 		}{{a, "shut.b"}, {b, "shut.a"}} {
 			for range 2 { // one dispatched, one queued
-				p, err := s.c.Call(ctx, s.target, 0, "M", nil)
+				p, err := s.c.Call(ctx, s.target, "M", nil)
 				if err != nil {
 					t.Fatal(err)
 				}

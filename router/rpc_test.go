@@ -99,10 +99,10 @@ func serveCounter(ctx context.Context, s *client.Service) {
 func TestRequestReplyRoundTrip(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		_, caller, svc := h.serviceAndCaller("counter", "example.counter", client.ServiceConfig{})
+		_, caller, svc := h.serviceAndCaller("counter", "example.counter")
 		go serveCounter(ctx, svc)
 		for i, want := range []int{2, 5} {
-			res, err := caller.CallAndWait(ctx, "example.counter", svc.Incarnation(), "Counter.Increment", counterArgs{Amount: []int{2, 3}[i]})
+			res, err := caller.CallAndWait(ctx, "example.counter", "Counter.Increment", counterArgs{Amount: []int{2, 3}[i]}, client.Pin(svc.Incarnation()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -126,22 +126,22 @@ func TestRegistrationIsExclusiveAndPinned(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		a, b, caller := h.dial("a"), h.dial("b"), h.dial("caller")
-		svc := mustRegister(t, ctx, a, "agent.fly-a", client.ServiceConfig{})
-		if _, err := b.Register(ctx, "agent.fly-a", client.ServiceConfig{}); code(t, err) != wire.ErrConflict {
+		svc := mustRegister(t, ctx, a, "agent.fly-a")
+		if _, err := b.Register(ctx, "agent.fly-a"); code(t, err) != wire.ErrConflict {
 			t.Fatalf("duplicate registration: %v", err)
 		}
 		old := svc.Incarnation()
 		svc.Close()
 		waitFor(t, "unregister", func() bool { return h.r.Stats().Services == 0 })
-		svc2 := mustRegister(t, ctx, b, "agent.fly-a", client.ServiceConfig{})
+		svc2 := mustRegister(t, ctx, b, "agent.fly-a")
 		if svc2.Incarnation() == old {
 			t.Fatal("a new registration reused the incarnation")
 		}
 		// Pinned to the old incarnation: never routed to the replacement.
-		if _, err := caller.Call(ctx, "agent.fly-a", old, "Agent.Prepare", nil); code(t, err) != wire.ErrTargetChanged {
+		if _, err := caller.Call(ctx, "agent.fly-a", "Agent.Prepare", nil, client.Pin(old)); code(t, err) != wire.ErrTargetChanged {
 			t.Fatalf("stale pin: %v", err)
 		}
-		if _, err := caller.Call(ctx, "agent.nobody", 0, "Agent.Prepare", nil); code(t, err) != wire.ErrNoService {
+		if _, err := caller.Call(ctx, "agent.nobody", "Agent.Prepare", nil); code(t, err) != wire.ErrNoService {
 			t.Fatalf("missing service: %v", err)
 		}
 	})
@@ -150,7 +150,7 @@ func TestRegistrationIsExclusiveAndPinned(t *testing.T) {
 func TestFIFODispatchWithOutOfOrderCompletion(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		_, caller, svc := h.serviceAndCaller("env", "env.step", client.ServiceConfig{MaxQueued: 8, MaxInFlight: 8})
+		_, caller, svc := h.serviceAndCaller("env", "env.step", client.Queued(8), client.InFlight(8))
 		var calls []*client.PendingCall
 		for i := range 4 {
 			p := mustCall(t, ctx, caller, "env.step", 0, "Env.Step", counterArgs{Amount: i})
@@ -174,7 +174,7 @@ func TestFIFODispatchWithOutOfOrderCompletion(t *testing.T) {
 		for i, p := range calls {
 			res := mustResult(t, ctx, p)
 			var got counterResult
-			if err := res.Decode(&got); err != nil || got.Total != i || res.CallID != p.CallID() {
+			if err := res.Decode(&got); err != nil || got.Total != i || res.CallID != p.ID() {
 				t.Fatalf("call %d got %+v: %v", i, got, err)
 			}
 			res.Close()
@@ -185,18 +185,18 @@ func TestFIFODispatchWithOutOfOrderCompletion(t *testing.T) {
 func TestServiceQueueBackpressure(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		_, caller, svc := h.serviceAndCaller("slow", "slow.svc", client.ServiceConfig{MaxQueued: 2, MaxInFlight: 1})
+		_, caller, svc := h.serviceAndCaller("slow", "slow.svc", client.Queued(2), client.InFlight(1))
 		first := mustCall(t, ctx, caller, "slow.svc", 0, "M", nil)
 		req, err := svc.Next(ctx) // in flight: the next two queue
 		if err != nil {
 			t.Fatal(err)
 		}
 		for range 2 {
-			if _, err := caller.Call(ctx, "slow.svc", 0, "M", nil); err != nil {
+			if _, err := caller.Call(ctx, "slow.svc", "M", nil); err != nil {
 				t.Fatal(err)
 			}
 		}
-		_, err = caller.Call(ctx, "slow.svc", 0, "M", nil)
+		_, err = caller.Call(ctx, "slow.svc", "M", nil)
 		if code(t, err) != wire.ErrBackpressure || dispatchOf(t, err) != wire.NotDispatched {
 			t.Fatalf("full queue: %v", err)
 		}
@@ -224,7 +224,7 @@ func (h *harness) dispatchedAndQueued(name string) heldCalls {
 	h.t.Helper()
 	t, ctx := h.t, ctxT(h.t)
 	var hc heldCalls
-	hc.svcClient, hc.caller, hc.svc = h.serviceAndCaller("svc", name, client.ServiceConfig{MaxQueued: 4, MaxInFlight: 1})
+	hc.svcClient, hc.caller, hc.svc = h.serviceAndCaller("svc", name, client.Queued(4), client.InFlight(1))
 	hc.dispatched = mustCall(t, ctx, hc.caller, name, 0, "M", nil)
 	hc.queued = mustCall(t, ctx, hc.caller, name, 0, "M", nil)
 	hc.req = nextRequest(t, ctx, hc.svc)
@@ -301,7 +301,7 @@ func TestCancelStates(t *testing.T) {
 func TestSecondReplyIsCallGone(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		_, caller, svc := h.serviceAndCaller("svc", "once.svc", client.ServiceConfig{})
+		_, caller, svc := h.serviceAndCaller("svc", "once.svc")
 		p, req := callTaken(t, ctx, caller, svc, "once.svc")
 		if routed, err := req.Reply(ctx, nil); err != nil || !routed {
 			t.Fatalf("first reply: routed=%v %v", routed, err)
@@ -339,7 +339,7 @@ func TestUnregisterKeepsDispatchedCallsAnswerable(t *testing.T) {
 func TestResponderReleaseSettlesCall(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		_, caller, svc := h.serviceAndCaller("svc", "resp.svc", client.ServiceConfig{})
+		_, caller, svc := h.serviceAndCaller("svc", "resp.svc")
 		p1, req := callTaken(t, ctx, caller, svc, "resp.svc")
 		// A responder outlives its request.
 		resp := req.Responder()
@@ -359,7 +359,7 @@ func TestResponderReleaseSettlesCall(t *testing.T) {
 func TestStatusAnsweredWhileHandlerDelayed(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		_, caller, svc := h.serviceAndCaller("agent", "agent.status", client.ServiceConfig{})
+		_, caller, svc := h.serviceAndCaller("agent", "agent.status")
 		slow := mustCall(t, ctx, caller, "agent.status", 0, "Agent.Step", nil)
 		status := mustCall(t, ctx, caller, "agent.status", 0, "Agent.Status", nil)
 		stepReq := nextRequest(t, ctx, svc) // held: a long mutation
@@ -389,15 +389,15 @@ func TestPolicyGrantsAreChecked(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer agent.Close()
-		if _, err := agent.Register(ctx, "agent.fly-b", client.ServiceConfig{}); code(t, err) != wire.ErrNotAuthorized {
+		if _, err := agent.Register(ctx, "agent.fly-b"); code(t, err) != wire.ErrNotAuthorized {
 			t.Fatalf("register outside grant: %v", err)
 		}
-		svc := mustRegister(t, ctx, agent, "agent.fly-a", client.ServiceConfig{})
+		svc := mustRegister(t, ctx, agent, "agent.fly-a")
 		go serveCounter(ctx, svc)
-		if _, err := agent.Call(ctx, "agent.fly-a", 0, "M", nil); code(t, err) != wire.ErrNotAuthorized {
+		if _, err := agent.Call(ctx, "agent.fly-a", "M", nil); code(t, err) != wire.ErrNotAuthorized {
 			t.Fatalf("call without grant: %v", err)
 		}
-		res, err := coord.CallAndWait(ctx, "agent.fly-a", 0, "M", counterArgs{Amount: 1})
+		res, err := coord.CallAndWait(ctx, "agent.fly-a", "M", counterArgs{Amount: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -411,7 +411,7 @@ func TestPolicyGrantsAreChecked(t *testing.T) {
 func TestAbandonedCallLeaksNothing(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		_, caller, svc := h.serviceAndCaller("svc", "abandon.svc", client.ServiceConfig{})
+		_, caller, svc := h.serviceAndCaller("svc", "abandon.svc")
 		p, req := callTaken(t, ctx, caller, svc, "abandon.svc")
 		short, cancel := context.WithCancel(ctx)
 		cancel()
@@ -438,13 +438,13 @@ func TestAbandonedCallLeaksNothing(t *testing.T) {
 func TestConcurrentCallsOnOneClient(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		_, caller, svc := h.serviceAndCaller("svc", "conc.svc", client.ServiceConfig{})
+		_, caller, svc := h.serviceAndCaller("svc", "conc.svc")
 		go serveCounter(ctx, svc)
 		errs := make(chan error, 8)
 		for range 8 {
 			go func() {
 				for range 25 {
-					res, err := caller.CallAndWait(ctx, "conc.svc", 0, "M", counterArgs{Amount: 1})
+					res, err := caller.CallAndWait(ctx, "conc.svc", "M", counterArgs{Amount: 1})
 					if err != nil {
 						errs <- err
 						return
@@ -459,5 +459,52 @@ func TestConcurrentCallsOnOneClient(t *testing.T) {
 				t.Fatalf("a concurrent call failed: %v", err)
 			}
 		}
+	})
+}
+
+// Service.TryNext takes a request already queued without waiting, and
+// nothing when none is or the service is closed; a Seal refused for a
+// malformed digest leaves the writer to seal again.
+func TestServiceTryNextAndSealOptions(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		ctx := ctxT(t)
+		svcClient, caller, svc := h.serviceAndCaller("try-svc", "try.svc", client.InFlight(2))
+		if _, ok := svc.TryNext(); ok {
+			t.Fatal("TryNext with no call made returned a request")
+		}
+		w := mustAllocate(t, ctx, caller, 16, "x/y")
+		if _, err := w.Write(frameBytes(1, 16)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Seal(ctx, client.Digest("not-a-digest")); err == nil {
+			t.Fatal("a malformed digest was accepted")
+		}
+		a, err := w.Seal(ctx, client.NoWait())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := mustCall(t, ctx, caller, "try.svc", svc.Incarnation(), "M", nil, client.Attach("f", a))
+		a.Close()
+		var req *client.Request
+		waitFor(t, "the request to be queued", func() bool {
+			var ok bool
+			req, ok = svc.TryNext()
+			return ok
+		})
+		if req.Method != "M" {
+			t.Fatalf("request %+v", req)
+		}
+		if _, err := req.Reply(ctx, map[string]int{"ok": 1}); err != nil {
+			t.Fatal(err)
+		}
+		req.Close()
+		res := mustResult(t, ctx, p)
+		res.Close()
+		p.Close()
+		svc.Close()
+		if _, ok := svc.TryNext(); ok {
+			t.Fatal("TryNext after Close returned a request")
+		}
+		svcClient.Close()
 	})
 }

@@ -35,7 +35,7 @@ func mustClone(t *testing.T, a *client.Artifact) *client.Artifact {
 func waitSettled(t *testing.T, h *harness, what string, c *client.Client) {
 	t.Helper()
 	waitFor(t, what, settled(h))
-	if n := c.ControlErrors(); n != 0 {
+	if n := c.Stats().ControlErrors; n != 0 {
 		t.Fatalf("%d refused control commands (a use after release)", n)
 	}
 }
@@ -97,7 +97,7 @@ func TestHandlesRefuseUseAfterTheirOwnClose(t *testing.T) {
 		a.Close()
 
 		// Writer: Close and Seal end it with different sentences.
-		w, err := prod.Artifacts().Allocate(ctx, 16, "application/octet-stream")
+		w, err := prod.Allocate(ctx, 16, "application/octet-stream")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,7 +107,7 @@ func TestHandlesRefuseUseAfterTheirOwnClose(t *testing.T) {
 		if !errors.Is(err, client.ErrWriterDone) {
 			t.Fatalf("closed writer: %v, want ErrWriterDone too", err)
 		}
-		w2, err := prod.Artifacts().Allocate(ctx, 16, "application/octet-stream")
+		w2, err := prod.Allocate(ctx, 16, "application/octet-stream")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +138,7 @@ func TestHandlesRefuseUseAfterTheirOwnClose(t *testing.T) {
 func TestRPCHandlesRefuseUseAfterTheirOwnClose(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		_, caller, svc := h.serviceAndCaller("server", "svc", client.ServiceConfig{})
+		_, caller, svc := h.serviceAndCaller("server", "svc")
 		p := mustCall(t, ctx, caller, "svc", 0, "M", map[string]any{"x": []int{1, 2}})
 		req := nextRequest(t, ctx, svc)
 		// Request: closed while a Responder keeps the reply capability.
@@ -192,15 +192,15 @@ func TestErrorsNameWhatEnded(t *testing.T) {
 		ctx := ctxT(t)
 		c := h.dial("closer")
 		s := declareAndSubscribe(t, c, c, "t", wire.RetainNone, client.Latest())
-		svc := mustRegister(t, ctx, c, "svc", client.ServiceConfig{})
+		svc := mustRegister(t, ctx, c, "svc")
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
 		}
 		ops := map[string]error{}
-		_, ops["Call"] = c.Call(ctx, "svc", 0, "M", nil)
+		_, ops["Call"] = c.Call(ctx, "svc", "M", nil)
 		_, ops["Publish"] = c.Publish(ctx, "t", nil)
 		_, ops["DeclareTopic"] = c.DeclareTopic(ctx, "u", wire.RetainNone)
-		_, ops["Allocate"] = c.Artifacts().Allocate(ctx, 8, "x")
+		_, ops["Allocate"] = c.Allocate(ctx, 8, "x")
 		_, ops["Service.Next"] = svc.Next(ctx)
 		_, ops["Subscription.Next"] = s.Next(ctx)
 		for op, err := range ops {

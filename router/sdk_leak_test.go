@@ -56,7 +56,7 @@ func TestForgottenMessageReturnsItsCredit(t *testing.T) {
 		}
 		defer cons.Close()
 		mustDeclare(t, prod, "ticks", wire.RetainNone)
-		s := mustSubscribe(t, ctx, cons, "ticks", client.Bounded().InFlight(1))
+		s := mustSubscribe(t, ctx, cons, "ticks", client.Bounded(), client.InFlight(1))
 		for range 2 {
 			if _, err := prod.Publish(ctx, "ticks", nil); err != nil {
 				t.Fatal(err)
@@ -84,7 +84,7 @@ func TestForgottenMessageReturnsItsCredit(t *testing.T) {
 func TestForgottenRequestReturnsItsCredit(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		srv, caller, svc := h.serviceAndCaller("server", "svc", client.ServiceConfig{MaxInFlight: 1})
+		srv, caller, svc := h.serviceAndCaller("server", "svc", client.InFlight(1))
 		p1 := mustCall(t, ctx, caller, "svc", 0, "M", nil)
 		p2 := mustCall(t, ctx, caller, "svc", 0, "M", nil)
 		dropRequest(t, svc)

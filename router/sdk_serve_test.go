@@ -64,7 +64,7 @@ func serveScripted(ctx context.Context, svc *client.Service, total *int, later c
 func TestServeClosesEachRequestAfterItsHandler(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		_, caller, svc := h.serviceAndCaller("svc", "serve.counter", client.ServiceConfig{MaxQueued: 1, MaxInFlight: 1})
+		_, caller, svc := h.serviceAndCaller("svc", "serve.counter", client.Queued(1), client.InFlight(1))
 		later := make(chan *client.Responder, 1)
 		total := 0 // one Serve at a time adds to it
 		served := serveScripted(ctx, svc, &total, later)
@@ -115,7 +115,7 @@ func TestServeInSeveralGoroutines(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		const n = 3
-		_, caller, svc := h.serviceAndCaller("svc", "serve.wide", client.ServiceConfig{MaxInFlight: n})
+		_, caller, svc := h.serviceAndCaller("svc", "serve.wide", client.InFlight(n))
 		inside, release := make(chan struct{}), make(chan struct{})
 		served := make(chan error, n)
 		for range n {
@@ -157,7 +157,7 @@ func TestServeInSeveralGoroutines(t *testing.T) {
 func TestReceiveClosesEachMessageAfterItsHandler(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		pub, sub, s := h.pubSub("pub", "sub", "serve.frames", wire.RetainNone, client.Bounded().Queued(1).InFlight(1))
+		pub, sub, s := h.pubSub("pub", "sub", "serve.frames", wire.RetainNone, client.Bounded(), client.Queued(1), client.InFlight(1))
 		data := frameBytes(9, 4096)
 		type got struct {
 			n   int
@@ -215,7 +215,7 @@ func TestReceiveClosesEachMessageAfterItsHandler(t *testing.T) {
 			t.Fatalf("Receive after its context ended: %v, want nil", err)
 		}
 
-		svc := mustRegister(t, ctx, sub, "serve.ends", client.ServiceConfig{})
+		svc := mustRegister(t, ctx, sub, "serve.ends")
 		served := make(chan error, 1)
 		go func() { served <- svc.Serve(ctx, func(context.Context, *client.Request) {}) }()
 		received = receive(ctx)

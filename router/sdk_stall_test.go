@@ -141,7 +141,7 @@ func TestStalledSubscriptionIsReported(t *testing.T) {
 		cons := h.dialWith("consumer", client.Config{HeldCreditsWarnAfter: bound, TrackHandles: true, Logger: slog.New(logs)})
 		mustDeclare(t, prod, "stall.a", wire.RetainNone)
 		mustDeclare(t, prod, "stall.b", wire.RetainNone)
-		sa := mustSubscribe(t, ctx, cons, "stall.a", client.Bounded().InFlight(2))
+		sa := mustSubscribe(t, ctx, cons, "stall.a", client.Bounded(), client.InFlight(2))
 		img := produce(t, prod, frameBytes(1, 4096))
 		for i := range 3 {
 			if _, err := prod.Publish(ctx, "stall.a", map[string]int{"n": i}, client.Attach("img", img)); err != nil {
@@ -177,7 +177,7 @@ func TestStalledSubscriptionIsReported(t *testing.T) {
 
 		// Another subscription stalls while the first still does: only the
 		// new one is reported.
-		sb := mustSubscribe(t, ctx, cons, "stall.b", client.Bounded().InFlight(1))
+		sb := mustSubscribe(t, ctx, cons, "stall.b", client.Bounded(), client.InFlight(1))
 		if _, err := prod.Publish(ctx, "stall.b", nil); err != nil {
 			t.Fatal(err)
 		}
@@ -226,7 +226,7 @@ func TestConsumingSubscriberIsNeverReported(t *testing.T) {
 		logs := newStallLog()
 		prod := h.dial("producer")
 		cons := h.dialWith("consumer", client.Config{HeldCreditsWarnAfter: time.Millisecond, Logger: slog.New(logs)})
-		s := declareAndSubscribe(t, prod, cons, "steady", wire.RetainNone, client.Bounded().InFlight(2))
+		s := declareAndSubscribe(t, prod, cons, "steady", wire.RetainNone, client.Bounded(), client.InFlight(2))
 		img := produce(t, prod, frameBytes(2, 4096))
 		const n = 20
 		for i := range n {
@@ -264,7 +264,7 @@ func TestLeakLogNamesTheSiteWhenTracking(t *testing.T) {
 		prod := h.dial("producer")
 		cons := h.dialWith("consumer", client.Config{TrackHandles: true, HeldCreditsWarnAfter: -1,
 			Logger: slog.New(slog.NewTextHandler(&log, nil))})
-		s := declareAndSubscribe(t, prod, cons, "ticks", wire.RetainNone, client.Bounded().InFlight(1))
+		s := declareAndSubscribe(t, prod, cons, "ticks", wire.RetainNone, client.Bounded(), client.InFlight(1))
 		for range 2 {
 			if _, err := prod.Publish(ctx, "ticks", nil); err != nil {
 				t.Fatal(err)

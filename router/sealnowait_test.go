@@ -19,7 +19,7 @@ import (
 // waiting.
 func fill(t *testing.T, c *client.Client, data []byte) *client.ArtifactWriter {
 	t.Helper()
-	w, err := c.Artifacts().Allocate(ctxT(t), int64(len(data)), "image/x-rgba")
+	w, err := c.Allocate(ctxT(t), int64(len(data)), "image/x-rgba")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,10 +67,10 @@ func TestSealNoWaitThenPublish(t *testing.T) {
 			var a *client.Artifact
 			var err error
 			if i%3 == 2 {
-				a, err = w.SealNoWaitWithDigest(strings.Repeat("0", 64))
+				a, err = w.Seal(ctx, client.Digest(strings.Repeat("0", 64)), client.NoWait())
 			} else {
 				sum := sha256.Sum256(data)
-				a, err = w.SealNoWaitWithDigest(hex.EncodeToString(sum[:]))
+				a, err = w.Seal(ctx, client.Digest(hex.EncodeToString(sum[:])), client.NoWait())
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -78,8 +78,8 @@ func TestSealNoWaitThenPublish(t *testing.T) {
 			before := h.r.Stats().Publications
 			_, perr := prod.Publish(ctx, "frames", map[string]int{"i": i}, client.Attach("frame", a))
 			if i%3 == 2 {
-				if !errors.Is(perr, wire.ErrArtifactMismatch) || !errors.Is(a.Sealed(ctx), wire.ErrArtifactMismatch) {
-					t.Fatalf("frame %d: publish %v, seal %v", i, perr, a.Sealed(ctx))
+				if _, serr := a.Sealed(ctx); !errors.Is(perr, wire.ErrArtifactMismatch) || !errors.Is(serr, wire.ErrArtifactMismatch) {
+					t.Fatalf("frame %d: publish %v, seal %v", i, perr, serr)
 				}
 				if n := h.r.Stats().Publications; n != before {
 					t.Fatalf("frame %d was published behind a failed seal", i)
@@ -160,7 +160,7 @@ func TestSealNoWaitAfterACopySeal(t *testing.T) {
 		w := fill(t, prod, data)
 		kept := writableDescriptor(t, h)
 		before := h.r.Stats()
-		a, err := w.SealNoWait()
+		a, err := w.Seal(ctx, client.NoWait())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +189,7 @@ func TestSealNoWaitThenCallAndReply(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		caller, agent := h.dial("caller"), h.dial("agent")
-		svc := mustRegister(t, ctx, agent, "agent.echo", client.ServiceConfig{})
+		svc := mustRegister(t, ctx, agent, "agent.echo")
 		in, out := frameBytes(1, 32<<10), frameBytes(2, 32<<10)
 		done := make(chan error, 1)
 		go func() {
@@ -213,7 +213,7 @@ func TestSealNoWaitThenCallAndReply(t *testing.T) {
 				done <- err
 				return
 			}
-			ra, err := fill(t, agent, out).SealNoWait()
+			ra, err := fill(t, agent, out).Seal(ctx, client.NoWait())
 			if err != nil {
 				done <- err
 				return
@@ -222,11 +222,11 @@ func TestSealNoWaitThenCallAndReply(t *testing.T) {
 			_, err = req.Reply(ctx, map[string]bool{"ok": true}, client.Attach("frame", ra))
 			done <- err
 		}()
-		a, err := fill(t, caller, in).SealNoWait()
+		a, err := fill(t, caller, in).Seal(ctx, client.NoWait())
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := caller.CallAndWait(ctx, "agent.echo", 0, "Echo", map[string]int{}, client.Attach("frame", a))
+		res, err := caller.CallAndWait(ctx, "agent.echo", "Echo", map[string]int{}, client.Attach("frame", a))
 		a.Close()
 		if err != nil {
 			t.Fatal(err)

@@ -234,7 +234,7 @@ func (s *soakRun) session(ctx context.Context, rng *rand.Rand, role string, slot
 // sealed allocates, writes and seals p's bytes through c, tolerating what
 // a cut connection causes; who prefixes what it reports.
 func (s *soakRun) sealed(ctx context.Context, c *client.Client, who string, p soakPayload) (*client.Artifact, bool) {
-	w, err := c.Artifacts().Allocate(ctx, int64(p.Size), "application/x-soak")
+	w, err := c.Allocate(ctx, int64(p.Size), "application/x-soak")
 	if !s.tolerateOn(c, who+"allocate", err) {
 		return nil, false
 	}
@@ -285,7 +285,7 @@ func (s *soakRun) call(ctx context.Context, rng *rand.Rand, c *client.Client, p 
 		return true
 	}
 	s.calls.Add(1)
-	pc, err := c.Call(ctx, ag.name, ag.inc, "Soak.Read", p, client.Attach("frame", a))
+	pc, err := c.Call(ctx, ag.name, "Soak.Read", p, client.Pin(ag.inc), client.Attach("frame", a))
 	if err != nil {
 		return s.tolerate("call", err)
 	}
@@ -331,7 +331,7 @@ func (s *soakRun) check(ctx context.Context, c *client.Client, a *client.Artifac
 
 func (s *soakRun) serve(ctx context.Context, rng *rand.Rand, c *client.Client, slot, n int) {
 	name := fmt.Sprintf("soak.agent.%d.%d", slot, n)
-	svc, err := c.Register(ctx, name, client.ServiceConfig{MaxQueued: 4, MaxInFlight: 2})
+	svc, err := c.Register(ctx, name, client.Queued(4), client.InFlight(2))
 	if !s.tolerate("register", err) {
 		return
 	}
@@ -390,15 +390,18 @@ func (s *soakRun) serve(ctx context.Context, rng *rand.Rand, c *client.Client, s
 }
 
 func (s *soakRun) consume(ctx context.Context, rng *rand.Rand, c *client.Client) {
-	cfg := client.Latest().InFlight(1 + rng.IntN(2)).Replay(rng.IntN(2) == 0)
+	cfg := []client.SubscribeOption{client.Latest(), client.InFlight(1 + rng.IntN(2))}
 	if rng.IntN(2) == 0 {
-		cfg = client.Bounded().Queued(1 + rng.IntN(8)).InFlight(1 + rng.IntN(4))
+		cfg = append(cfg, client.Replay())
 	}
-	frames, err := c.Subscribe(ctx, "soak.frames", cfg)
+	if rng.IntN(2) == 0 {
+		cfg = []client.SubscribeOption{client.Bounded(), client.Queued(1 + rng.IntN(8)), client.InFlight(1 + rng.IntN(4))}
+	}
+	frames, err := c.Subscribe(ctx, "soak.frames", cfg...)
 	if !s.tolerate("subscribe", err) {
 		return
 	}
-	events, err := c.Subscribe(ctx, "soak.events", client.Bounded().Queued(4).InFlight(2))
+	events, err := c.Subscribe(ctx, "soak.events", client.Bounded(), client.Queued(4), client.InFlight(2))
 	if !s.tolerate("subscribe events", err) {
 		return
 	}

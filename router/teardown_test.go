@@ -30,7 +30,7 @@ func TestTeardownAfterHalfAFrame(t *testing.T) {
 			forEachTransport(t, open(), func(t *testing.T, h *harness) {
 				ctx := ctxT(t)
 				caller := h.dial("half-caller")
-				other := mustRegister(t, ctx, caller, "half.other", client.ServiceConfig{})
+				other := mustRegister(t, ctx, caller, "half.other")
 				torn := newPeer(t, h, "half-torn")
 				torn.register("half.svc", 4, 1)
 				dispatched := mustCall(t, ctx, caller, "half.svc", 0, "M", nil)
@@ -124,7 +124,7 @@ func TestShutdownWithAStalledReader(t *testing.T) {
 		ctx := ctxT(t)
 		caller, s, big := stalledService(t, h, "sd-caller", "sd-stalled", "sd.svc")
 		for range 8 {
-			if _, err := caller.Call(ctx, "sd.svc", 0, "M", big); err != nil {
+			if _, err := caller.Call(ctx, "sd.svc", "M", big); err != nil {
 				t.Fatal(err)
 			}
 		}

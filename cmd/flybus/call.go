@@ -72,7 +72,11 @@ func runCall(c *command, args []string, stdout, stderr io.Writer) int {
 	signals := []os.Signal{os.Interrupt}
 	return sendMessage(c, (*messageOptions)(o), &p.messagePlan, stderr, signals, failed,
 		func(ctx context.Context, bus *client.Client, atts []client.Attachment) error {
-			res, err := bus.CallAndWait(ctx, p.service, 0, p.method, wire.RawJSON(p.payload), atts...)
+			opts := make([]client.CallOption, len(atts))
+			for i, a := range atts {
+				opts[i] = a
+			}
+			res, err := bus.CallAndWait(ctx, p.service, p.method, wire.RawJSON(p.payload), opts...)
 			if err != nil {
 				return err
 			}

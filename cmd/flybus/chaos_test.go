@@ -571,7 +571,7 @@ func TestChaosServiceOutwaitsAHeldName(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer holder.Close()
-	held, err := holder.Register(ctx, "chaos.svc.0", client.ServiceConfig{})
+	held, err := holder.Register(ctx, "chaos.svc.0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -628,18 +628,18 @@ func TestChaosServiceOutwaitsAHeldName(t *testing.T) {
 	data := bytes.Repeat([]byte("chaos"), 1000)
 	sum := sha256.Sum256(data)
 	digest := hex.EncodeToString(sum[:])
-	w, err := holder.Artifacts().Allocate(ctx, int64(len(data)), "application/x-chaos")
+	w, err := holder.Allocate(ctx, int64(len(data)), "application/x-chaos")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w.Write(data); err != nil {
 		t.Fatal(err)
 	}
-	a, err := w.SealWithDigest(ctx, digest)
+	a, err := w.Seal(ctx, client.Digest(digest))
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := holder.CallAndWait(ctx, "chaos.svc.0", 0, "Chaos.Check", map[string]any{"digest": digest, "size": len(data)}, client.Attach("in", a))
+	res, err := holder.CallAndWait(ctx, "chaos.svc.0", "Chaos.Check", map[string]any{"digest": digest, "size": len(data)}, client.Attach("in", a))
 	a.Close()
 	if err != nil {
 		t.Fatal(err)

@@ -122,7 +122,7 @@ func demo(ctx context.Context, root string, out io.Writer) (err error) {
 	say("clients: counter, camera and observer connected (contract %s...)", wire.ContractDigest()[:12])
 
 	// 1. A counter RPC.
-	svc, err := counter.Register(ctx, "example.counter", client.ServiceConfig{MaxQueued: 4, MaxInFlight: 4})
+	svc, err := counter.Register(ctx, "example.counter", client.Queued(4), client.InFlight(4))
 	if err != nil {
 		return err
 	}
@@ -139,7 +139,7 @@ func demo(ctx context.Context, root string, out io.Writer) (err error) {
 	}()
 	say("counter: registered example.counter")
 	for _, amount := range []int{1, 2, 3} {
-		res, err := observer.CallAndWait(ctx, "example.counter", svc.Incarnation(), "Counter.Increment", map[string]int{"amount": amount})
+		res, err := observer.CallAndWait(ctx, "example.counter", "Counter.Increment", map[string]int{"amount": amount}, client.Pin(svc.Incarnation()))
 		if err != nil {
 			return err
 		}
@@ -150,7 +150,7 @@ func demo(ctx context.Context, root string, out io.Writer) (err error) {
 		res.Close()
 		say("observer: Counter.Increment(%d) -> total %d (answered by %s)", amount, v.Total, res.Responder.ClientID)
 	}
-	if _, err := camera.Call(ctx, "example.counter", 0, "Counter.Increment", nil); errors.Is(err, wire.ErrNotAuthorized) {
+	if _, err := camera.Call(ctx, "example.counter", "Counter.Increment", nil); errors.Is(err, wire.ErrNotAuthorized) {
 		say("camera: Counter.Increment refused: NOT_AUTHORIZED (no call grant)")
 	} else {
 		return fmt.Errorf("the camera's call was not refused: %v", err)
@@ -160,7 +160,7 @@ func demo(ctx context.Context, root string, out io.Writer) (err error) {
 	if _, err := camera.DeclareTopic(ctx, "demo.frames", wire.RetainLatest); err != nil {
 		return err
 	}
-	sub, err := observer.Subscribe(ctx, "demo.frames", client.Latest().InFlight(1))
+	sub, err := observer.Subscribe(ctx, "demo.frames", client.Latest(), client.InFlight(1))
 	if err != nil {
 		return err
 	}
@@ -173,14 +173,14 @@ func demo(ctx context.Context, root string, out io.Writer) (err error) {
 		frame[i] = byte(i * 31)
 	}
 	sum := sha256.Sum256(frame)
-	writer, err := camera.Artifacts().Allocate(ctx, int64(len(frame)), "image/x-rgba")
+	writer, err := camera.Allocate(ctx, int64(len(frame)), "image/x-rgba")
 	if err != nil {
 		return err
 	}
 	if _, err := writer.Write(frame); err != nil {
 		return err
 	}
-	art, err := writer.SealWithDigest(ctx, hex.EncodeToString(sum[:]))
+	art, err := writer.Seal(ctx, client.Digest(hex.EncodeToString(sum[:])))
 	if err != nil {
 		return err
 	}
@@ -223,7 +223,7 @@ func demo(ctx context.Context, root string, out io.Writer) (err error) {
 	}
 	// Collection happens after the last owner lets go; the observer's
 	// consume travels ahead of its next command, so one round trip settles it.
-	res, err := observer.CallAndWait(ctx, "example.counter", 0, "Counter.Increment", map[string]int{"amount": 0})
+	res, err := observer.CallAndWait(ctx, "example.counter", "Counter.Increment", map[string]int{"amount": 0})
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flybus/flybus/client"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -69,7 +68,7 @@ func TestCallPayloadFromFileStdinAndArtifacts(t *testing.T) {
 	// call attaches files as pub does: a service sees them.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	reg, err := svc.Register(ctx, "agent.files", client.ServiceConfig{})
+	reg, err := svc.Register(ctx, "agent.files")
 	if err != nil {
 		t.Fatal(err)
 	}

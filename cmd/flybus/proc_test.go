@@ -273,7 +273,7 @@ func connect(t *testing.T, socket, id string) *client.Client {
 func serveEcho(t *testing.T, c *client.Client, name string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := c.Register(ctx, name, client.ServiceConfig{})
+	svc, err := c.Register(ctx, name)
 	if err != nil {
 		cancel()
 		t.Fatalf("register %s: %v", name, err)

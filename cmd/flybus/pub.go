@@ -339,7 +339,7 @@ const copyBufferSize = 1 << 20
 // upload allocates an artifact of the file's size, streams the file into
 // it and seals it.
 func upload(ctx context.Context, bus *client.Client, s *pubSource, storeRoot string) (*client.Artifact, error) {
-	w, err := bus.Artifacts().Allocate(ctx, s.size, s.contentType)
+	w, err := bus.Allocate(ctx, s.size, s.contentType)
 	if err != nil {
 		return nil, storeHint(err, storeRoot)
 	}

@@ -239,7 +239,7 @@ func TestPubRefusals(t *testing.T) {
 	c := connect(t, r.sock, "slow-worker")
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	sub, err := c.Subscribe(ctx, "jobs", client.Bounded().Queued(1).InFlight(1))
+	sub, err := c.Subscribe(ctx, "jobs", client.Bounded(), client.Queued(1), client.InFlight(1))
 	if err != nil {
 		t.Fatal(err)
 	}

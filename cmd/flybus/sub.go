@@ -68,7 +68,7 @@ or the connection (router shutdown), sub says why on stderr and exits 1.
 }
 
 // check validates the command line; the error is a usage error's message.
-func (o *subOptions) check(pos []string) (socket, topic string, cfg client.SubscriptionConfig, err error) {
+func (o *subOptions) check(pos []string) (socket, topic string, cfg []client.SubscribeOption, err error) {
 	if len(pos) != 2 {
 		return "", "", cfg, fmt.Errorf("want SOCKET TOPIC, got %d arguments", len(pos))
 	}
@@ -87,11 +87,14 @@ func (o *subOptions) check(pos []string) (socket, topic string, cfg client.Subsc
 	if msg := checkClientFlags(o.client, o.timeout); msg != "" {
 		return "", "", cfg, errors.New(msg)
 	}
-	cfg = client.Latest()
+	cfg = []client.SubscribeOption{client.Latest()}
 	if o.bounded {
-		cfg = client.Bounded()
+		cfg = []client.SubscribeOption{client.Bounded()}
 	}
-	return socket, topic, cfg.Replay(o.replay), nil
+	if o.replay {
+		cfg = append(cfg, client.Replay())
+	}
+	return socket, topic, cfg, nil
 }
 
 func runSub(c *command, args []string, stdout, stderr io.Writer) int {
@@ -122,7 +125,7 @@ func runSub(c *command, args []string, stdout, stderr io.Writer) int {
 		return connectFailed(stderr, c.name, id, o.timeout, err)
 	}
 	defer bus.Close()
-	sub, err := bus.Subscribe(setup, topic, cfg)
+	sub, err := bus.Subscribe(setup, topic, cfg...)
 	if err != nil {
 		return toolFailed(stderr, c.name, o.timeout, err)
 	}

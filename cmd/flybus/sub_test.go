@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"syscall"
@@ -18,15 +19,15 @@ func TestSubCheck(t *testing.T) {
 		name string
 		pos  []string
 		opts func(*subOptions)
-		cfg  client.SubscriptionConfig // want, when err is ""
+		cfg  []client.SubscribeOption // want, when err is ""
 		err  string
 	}{
-		{name: "Default/Latest", pos: []string{"s", "t"}, opts: func(*subOptions) {}, cfg: client.Latest()},
+		{name: "Default/Latest", pos: []string{"s", "t"}, opts: func(*subOptions) {}, cfg: []client.SubscribeOption{client.Latest()}},
 		{name: "Latest/Replay", pos: []string{"s", "t"}, opts: func(o *subOptions) { o.latest, o.replay = true, true },
-			cfg: client.Latest().Replay(true)},
-		{name: "Bounded", pos: []string{"s", "t"}, opts: func(o *subOptions) { o.bounded = true }, cfg: client.Bounded()},
+			cfg: []client.SubscribeOption{client.Latest(), client.Replay()}},
+		{name: "Bounded", pos: []string{"s", "t"}, opts: func(o *subOptions) { o.bounded = true }, cfg: []client.SubscribeOption{client.Bounded()}},
 		{name: "Save/WithStore", pos: []string{"s", "t"}, opts: func(o *subOptions) { o.saveDir, o.store = "d", "st" },
-			cfg: client.Latest()},
+			cfg: []client.SubscribeOption{client.Latest()}},
 		{name: "Args/TooFew", pos: []string{"s"}, opts: func(*subOptions) {}, err: "want SOCKET TOPIC, got 1"},
 		{name: "Topic/Invalid", pos: []string{"s", "a b"}, opts: func(*subOptions) {}, err: `"a b" is not a topic name`},
 		{name: "Mode/Both", pos: []string{"s", "t"}, opts: func(o *subOptions) { o.latest, o.bounded = true, true },
@@ -48,7 +49,7 @@ func TestSubCheck(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || socket != tc.pos[0] || topic != tc.pos[1] || cfg != tc.cfg {
+			if err != nil || socket != tc.pos[0] || topic != tc.pos[1] || !reflect.DeepEqual(cfg, tc.cfg) {
 				t.Fatalf("got %q %q %+v %v, want %+v", socket, topic, cfg, err, tc.cfg)
 			}
 		})

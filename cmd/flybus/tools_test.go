@@ -83,12 +83,12 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	caller := connect(t, b.callerSock, "caller")
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	res, err := caller.CallAndWait(ctx, "agent.echo", 0, "Echo", map[string]int{"n": 1})
+	res, err := caller.CallAndWait(ctx, "agent.echo", "Echo", map[string]int{"n": 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	res.Close()
-	if _, err := caller.CallAndWait(ctx, "agent.nobody", 0, "Echo", nil); !errors.Is(err, wire.ErrNoService) {
+	if _, err := caller.CallAndWait(ctx, "agent.nobody", "Echo", nil); !errors.Is(err, wire.ErrNoService) {
 		t.Fatalf("call to a missing service: %v", err)
 	}
 
@@ -190,7 +190,7 @@ func TestTopAndStatsJSON(t *testing.T) {
 	if _, err := prod.DeclareTopic(ctx, "top.frames", wire.RetainNone); err != nil {
 		t.Fatal(err)
 	}
-	sub, err := slow.Subscribe(ctx, "top.frames", client.Latest().InFlight(1))
+	sub, err := slow.Subscribe(ctx, "top.frames", client.Latest(), client.InFlight(1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -173,7 +173,7 @@ func (p *proc) fill(n int) ([]byte, string) {
 func (p *proc) artifact() (*client.Artifact, payload, error) {
 	size := sizes[p.rng.IntN(len(sizes))]
 	data, digest := p.fill(size)
-	w, err := p.c.Artifacts().Allocate(p.ctx, int64(size), "application/x-chaos")
+	w, err := p.c.Allocate(p.ctx, int64(size), "application/x-chaos")
 	if err != nil {
 		return nil, payload{}, fmt.Errorf("allocate: %w", err)
 	}
@@ -189,7 +189,7 @@ func (p *proc) artifact() (*client.Artifact, payload, error) {
 	if _, err := w.Write(data[size/2:]); err != nil {
 		return nil, payload{}, fmt.Errorf("write: %w", err)
 	}
-	a, err := w.SealWithDigest(p.ctx, digest)
+	a, err := w.Seal(p.ctx, client.Digest(digest))
 	if err != nil {
 		return nil, payload{}, fmt.Errorf("seal: %w", err)
 	}
@@ -242,11 +242,11 @@ func (p *proc) consume(mode string, hold int) error {
 		mode = []string{"latest", "bounded"}[p.rng.IntN(2)]
 	}
 	// One credit more than the views held, so delivery goes on.
-	cfg := client.Latest().InFlight(min(1+hold, 2)).Replay(true)
+	cfg := []client.SubscribeOption{client.Latest(), client.InFlight(min(1+hold, 2)), client.Replay()}
 	if mode == "bounded" {
-		cfg = client.Bounded().Queued(4).InFlight(1 + hold)
+		cfg = []client.SubscribeOption{client.Bounded(), client.Queued(4), client.InFlight(1 + hold)}
 	}
-	s, err := p.c.Subscribe(p.ctx, topic, cfg)
+	s, err := p.c.Subscribe(p.ctx, topic, cfg...)
 	if err != nil {
 		return fmt.Errorf("subscribe: %w", err)
 	}
@@ -310,7 +310,7 @@ func (p *proc) register(name string) (*client.Service, error) {
 	const reapTimeout = 10 * time.Second
 	deadline := time.Now().Add(reapTimeout)
 	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		svc, err := p.c.Register(p.ctx, name, client.ServiceConfig{MaxQueued: 4, MaxInFlight: 2})
+		svc, err := p.c.Register(p.ctx, name, client.Queued(4), client.InFlight(2))
 		if !errors.Is(err, wire.ErrConflict) || time.Now().After(deadline) {
 			return svc, err
 		}
@@ -391,7 +391,7 @@ func (p *proc) call() error {
 			return err
 		}
 		target := fmt.Sprintf("chaos.svc.%d", p.rng.IntN(services))
-		pc, err := p.c.Call(p.ctx, target, 0, "Chaos.Check", pl, client.Attach("in", a))
+		pc, err := p.c.Call(p.ctx, target, "Chaos.Check", pl, client.Attach("in", a))
 		a.Close()
 		if err != nil {
 			if !p.tolerable("call", err) {

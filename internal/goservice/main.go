@@ -45,7 +45,7 @@ func run(socket, store, name string) error {
 		return err
 	}
 	defer c.Close()
-	svc, err := c.Register(ctx, name, client.ServiceConfig{})
+	svc, err := c.Register(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func answer(ctx context.Context, c *client.Client, req *client.Request) error {
 	v.Close()
 	sum := sha256.Sum256(data)
 	slices.Reverse(data)
-	w, err := c.Artifacts().Allocate(ctx, int64(len(data)), "application/octet-stream")
+	w, err := c.Allocate(ctx, int64(len(data)), "application/octet-stream")
 	if err != nil {
 		return err
 	}

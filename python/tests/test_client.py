@@ -95,7 +95,7 @@ class RouterTest(RouterCase):
             t = threading.Thread(target=serve, daemon=True)
             t.start()
             for i in range(3):
-                p = caller.call("py.echo", "Echo", {"i": i}, expected_incarnation=svc.incarnation)
+                p = caller.call("py.echo", "Echo", {"i": i}, pin=svc.incarnation)
                 with p.result(timeout=10) as res:
                     self.assertEqual(res.outcome, {"got": {"i": i}, "method": "Echo", "caller": "py-caller"})
                     self.assertEqual(res.responder["clientId"], "py-agent")
@@ -103,7 +103,7 @@ class RouterTest(RouterCase):
 
     def test_cancel_states(self):
         caller, agent = self.client("py-cancel-caller"), self.client("py-cancel-agent")
-        with agent.register("py.slow", max_queued=4, max_in_flight=1) as svc:
+        with agent.register("py.slow", queued=4, in_flight=1) as svc:
             first = caller.call("py.slow", "M", {"n": 1})
             req = svc.next(timeout=10)  # dispatched, never answered
             second = caller.call("py.slow", "M", {"n": 2})  # queued behind it
@@ -295,7 +295,7 @@ if __name__ == "__main__":
 class ResponderTest(RouterCase):
     def test_a_responder_replies_after_the_request_is_closed(self):
         caller, agent = self.client("py-resp-caller"), self.client("py-resp-agent")
-        with agent.register("py.later", max_in_flight=1) as svc:
+        with agent.register("py.later", in_flight=1) as svc:
             p = caller.call("py.later", "M", {"n": 1})
             req = svc.next(timeout=10)
             resp = req.responder()
@@ -322,7 +322,7 @@ class ResponderTest(RouterCase):
         pub, sub = self.client("py-threads-pub"), self.client("py-threads-sub")
         pub.declare_topic("py.threads")
         n, per = 4, 25
-        with sub.subscribe("py.threads", mode="bounded") as s, sub.register("py.tsvc", max_in_flight=16) as svc:
+        with sub.subscribe("py.threads", mode="bounded") as s, sub.register("py.tsvc", in_flight=16) as svc:
             def serve():
                 for req in svc:
                     with req:

@@ -495,15 +495,17 @@ class Client(Closing):
 
     # ---- RPC ---------------------------------------------------------
 
-    def register(self, name, max_queued=16, max_in_flight=16, timeout=_DEFAULT_TIMEOUT):
-        """Registers a service; returns a Service yielding its requests."""
+    def register(self, name, queued=16, in_flight=16, timeout=_DEFAULT_TIMEOUT):
+        """Registers a service; returns a Service yielding its requests.
+        queued and in_flight bound its calls waiting for dispatch and its
+        requests not yet replied to."""
         svc = Service(self, name)
         with self._lock:
             if name in self._services:
                 raise ValueError(f"service {name} is already registered on this client")
             self._services[name] = svc
         try:
-            v = self._request("service.register", {"name": name, "maxQueued": max_queued, "maxInFlight": max_in_flight},
+            v = self._request("service.register", {"name": name, "maxQueued": queued, "maxInFlight": in_flight},
                               timeout)
         except BaseException:
             with self._lock:
@@ -512,18 +514,19 @@ class Client(Closing):
         svc.incarnation = v["serviceIncarnation"]
         return svc
 
-    def call(self, target, method, payload, attachments=None, expected_incarnation=None, timeout=_DEFAULT_TIMEOUT):
+    def call(self, target, method, payload, attachments=None, pin=None, timeout=_DEFAULT_TIMEOUT):
         """Admits a call carrying attachments ({name: Artifact}); returns a
-        PendingCall."""
+        PendingCall. pin, a service incarnation, makes the call reach only
+        that one (TARGET_CHANGED otherwise)."""
         atts, done = self._attachments(attachments)
         try:
-            return self._call(target, method, payload, atts, expected_incarnation, timeout)
+            return self._call(target, method, payload, atts, pin, timeout)
         finally:
             done()
 
-    def _call(self, target, method, payload, atts, expected_incarnation, timeout):
+    def _call(self, target, method, payload, atts, pin, timeout):
         p = PendingCall(self)
-        body = {"callId": "", "target": target, "expectedIncarnation": expected_incarnation, "method": method,
+        body = {"callId": "", "target": target, "expectedIncarnation": pin, "method": method,
                 "payload": _object(payload)}
         w = _Waiter("rpc.call")
         with self._wlock:
