@@ -89,7 +89,7 @@ func sendAttached[T any](c *Client, atts []Attachment, send func(watts []wire.At
 }
 
 // sealOutcome explains a refusal of a command that attached artifacts of
-// SealNoWait: the router answers a seal before the command behind it, so
+// a NoWait seal: the router answers a seal before the command behind it, so
 // by now every such seal is settled.
 func sealOutcome(atts []Attachment, sent []wire.Attachment, err error) (retry bool, _ error) {
 	var be *wire.BusError

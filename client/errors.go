@@ -31,7 +31,7 @@ var (
 	// after the seal.
 	ErrDigestMismatch = errors.New("flybus: the artifact's bytes differ from its sealed digest")
 	// ErrNoDigest is returned where ErrDigestMismatch could be, for an
-	// artifact sealed without a digest (Seal rather than SealWithDigest).
+	// artifact sealed without a digest (no Digest option at Seal).
 	ErrNoDigest = errors.New("flybus: the artifact was sealed without a digest")
 )
 

@@ -88,7 +88,7 @@ func sealAndPublish(t *testing.T) (ctx context.Context, f *fakeRouter, seal *wir
 	return ctx, f, f.command(wire.OpArtifactSeal), sealedCh, publishedCh
 }
 
-// SealNoWait writes the seal at once, and a Publish attaching the artifact
+// A NoWait seal is written at once, and a Publish attaching the artifact
 // follows it without waiting for the seal's answer: the fake router reads
 // both commands before it answers either. The publish carries the
 // reference the seal is expected to produce, owned by the writer's id.

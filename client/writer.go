@@ -306,7 +306,7 @@ func (w *ArtifactWriter) sealNoWait(digest wire.Opt[wire.Digest]) (*Artifact, er
 	return a, nil
 }
 
-// sealing is a seal sent by SealNoWait, settled by the reader when its
+// sealing is a seal sent with NoWait, settled by the reader when its
 // answer arrives.
 type sealing struct {
 	done chan struct{}

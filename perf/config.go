@@ -58,7 +58,7 @@ type Config struct {
 	// RPC p99 across them (see SideTraffic). It costs two more schedules.
 	StalledSubscriber bool
 	// SealWait has the producer wait for Seal's answer before it
-	// publishes; by default it seals with SealNoWait and publishes right
+	// publishes; by default it seals with NoWait and publishes right
 	// behind it (one round trip for both), and the seal round trip is not
 	// measured apart.
 	SealWait bool

@@ -57,7 +57,7 @@ func flags(o *options) *flag.FlagSet {
 		"publisher, the second time with a bounded subscriber (queue %d) that never takes a message, and\n"+
 		"compare every agent's RPC p99 (target: within %.1fx); adds two schedules to the run", stalledQueued, isolationLimit))
 	fs.BoolVar(&o.sealWait, "seal-wait", false, "the producer waits for Seal's answer before it publishes (measures the seal round trip);\n"+
-		"default: SealNoWait with the publish right behind it, one round trip for both")
+		"default: Seal with NoWait and the publish right behind it, one round trip for both")
 	fs.BoolVar(&o.noAhead, "no-allocate-ahead", false, "the producer's Allocate makes its round trip every time\n(default: client.Config.AllocateAhead 1, a writer prepared in the background)")
 	fs.BoolVar(&o.noOpen, "no-open-ahead", false, "consumers and agents make View's artifact.open round trip themselves\n(default: client.Config.OpenAhead, asked for as each delivery arrives)")
 	fs.Var(&o.routerEnv, "router-env", "add `KEY=VALUE` to the router process's environment (repeatable; GOMAXPROCS=1, say)")

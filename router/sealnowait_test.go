@@ -54,7 +54,7 @@ func frameTopic(t *testing.T, h *harness) (*client.Client, *client.Subscription)
 	return prod, sub
 }
 
-// SealNoWait and a Publish attaching the artifact: published sealed, the
+// A NoWait seal and a Publish attaching the artifact: published sealed, the
 // bytes arrive, and a seal that fails (a digest that cannot match) takes
 // the publish with it.
 func TestSealNoWaitThenPublish(t *testing.T) {
@@ -105,7 +105,7 @@ func TestSealNoWaitThenPublish(t *testing.T) {
 // second writable description of the one staging file a writer of this
 // process holds open: the router's lease is then refused and it seals by
 // copying. In a pooled store the copy lands in another slot, so the
-// reference SealNoWait expected is not the sealed one.
+// reference the NoWait seal expected is not the sealed one.
 func writableDescriptor(t *testing.T, h *harness) *os.File {
 	t.Helper()
 	dir := h.r.StoreDir()
@@ -148,7 +148,7 @@ func writableDescriptor(t *testing.T, h *harness) *os.File {
 	return found
 }
 
-// A copy seal behind SealNoWait: in files mode the artifact keeps its id;
+// A copy seal behind a NoWait seal: in files mode the artifact keeps its id;
 // in pool mode it moves to another slot, the publish that named the
 // expected one is refused, and the SDK sends it again with the sealed
 // reference. Either way the frame is published once, with its bytes.
@@ -182,7 +182,7 @@ func TestSealNoWaitAfterACopySeal(t *testing.T) {
 	})
 }
 
-// SealNoWait behind a Call and behind a Reply: the service reads the
+// A NoWait seal behind a Call and behind a Reply: the service reads the
 // caller's frame and answers with a frame of its own, each sealed on the
 // way.
 func TestSealNoWaitThenCallAndReply(t *testing.T) {
