@@ -108,14 +108,15 @@ func (c *Client) prepare(k aheadKey) {
 	if evicted != nil {
 		c.abandonPrepared(evicted)
 	}
-	w := &waiter{op: wire.OpArtifactAllocate, v: &p.ok, complete: func(err error) {
-		abandoned := a.settle(p, err)
-		close(p.done)
-		if abandoned && err == nil {
-			c.releasePrepared(p)
-		}
-	}}
-	if err := c.enqueueWith(wire.OpArtifactAllocate, &wire.Allocate{ByteLength: uint64(k.n), ContentType: k.ct}, nil, w, false, nil); err != nil {
+	err := c.post(request{op: wire.OpArtifactAllocate, body: &wire.Allocate{ByteLength: uint64(k.n), ContentType: k.ct},
+		reply: &p.ok, complete: func(err error) {
+			abandoned := a.settle(p, err)
+			close(p.done)
+			if abandoned && err == nil {
+				c.releasePrepared(p)
+			}
+		}}, false)
+	if err != nil {
 		a.mu.Lock()
 		if a.ready[k] == p {
 			delete(a.ready, k)

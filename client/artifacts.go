@@ -28,12 +28,12 @@ type guard struct {
 	opened []*openedAhead
 }
 
-// openedAhead is one artifact.open sent ahead, answered once done closes.
+// openedAhead is one artifact.open sent ahead for ref, and its answer
+// (the reply is decoded into ok, then res is set).
 type openedAhead struct {
-	ref  wire.ArtifactRef
-	done chan struct{}
-	ok   wire.OpenOK
-	err  error
+	ref wire.ArtifactRef
+	ok  wire.OpenOK
+	res oneShot[wire.OpenOK]
 }
 
 // openedFor returns the open sent ahead for ref, if there is one.
@@ -137,16 +137,12 @@ func (c *Client) openAhead(g *guard, arts attachSet) {
 		if c.slots.has(ref.ArtifactID) {
 			continue
 		}
-		o := &openedAhead{ref: ref, done: make(chan struct{})}
+		o := &openedAhead{ref: ref, res: oneShot[wire.OpenOK]{done: make(chan struct{})}}
 		g.opened = append(g.opened, o)
-		w := &waiter{op: wire.OpArtifactOpen, v: &o.ok, complete: func(err error) {
-			o.err = err
-			close(o.done)
-		}}
 		c.artifactOpens.Add(1)
-		if err := c.enqueueWith(wire.OpArtifactOpen, &wire.RefOwner{Ref: ref, OwnerID: g.owner}, nil, w, false, nil); err != nil {
-			o.err = err
-			close(o.done)
+		if err := c.post(request{op: wire.OpArtifactOpen, body: &wire.RefOwner{Ref: ref, OwnerID: g.owner}, reply: &o.ok,
+			complete: o.res.complete(&o.ok)}, false); err != nil {
+			o.res.set(wire.OpenOK{}, err)
 			continue
 		}
 		sent = true
@@ -161,8 +157,8 @@ func (c *Client) openAhead(g *guard, arts attachSet) {
 // Clone shares that owner; the last handle closed releases it.
 type Artifact struct {
 	c       *Client
-	ref     wire.ArtifactRef // for a seal in flight (seal != nil), the expected one
-	seal    *sealing
+	ref     wire.ArtifactRef           // for a seal in flight (seal != nil), the expected one
+	seal    *oneShot[wire.ArtifactRef] // a NoWait seal's answer: the sealed reference
 	g       *guard
 	closed  atomic.Bool
 	cleanup handleWatch
@@ -182,15 +178,12 @@ func (c *Client) newArtifact(ref wire.ArtifactRef, g *guard) *Artifact {
 // that had to copy moves the artifact to another slot); Sealed returns
 // the final one.
 func (a *Artifact) Ref() wire.ArtifactRef {
-	if a.seal == nil {
-		return a.ref
+	if a.seal != nil {
+		if ref, err, ok := a.seal.get(); ok && err == nil {
+			return ref
+		}
 	}
-	select {
-	case <-a.seal.done:
-		return a.seal.ref
-	default:
-		return a.ref
-	}
+	return a.ref
 }
 
 // Sealed waits for the answer to a NoWait seal and returns the artifact's
@@ -202,19 +195,17 @@ func (a *Artifact) Sealed(ctx context.Context) (wire.ArtifactRef, error) {
 
 // settled returns the artifact's reference once its seal is answered.
 func (a *Artifact) settled(ctx context.Context) (wire.ArtifactRef, error) {
-	s := a.seal
-	if s == nil {
+	if a.seal == nil {
 		return a.ref, nil
 	}
-	select {
-	case <-s.done:
-	case <-ctx.Done():
-		return wire.ArtifactRef{}, ctx.Err()
+	ref, err := a.seal.wait(ctx)
+	if err == nil {
+		return ref, nil
 	}
-	if s.err != nil {
-		return wire.ArtifactRef{}, sealFailed(s.err)
+	if _, serr, answered := a.seal.get(); answered && serr != nil {
+		return wire.ArtifactRef{}, sealFailed(serr)
 	}
-	return s.ref, nil
+	return wire.ArtifactRef{}, err // ctx ended first
 }
 
 // sealFailed wraps the error of a seal sent without waiting, keeping its
@@ -265,11 +256,11 @@ func (a *Artifact) Retain(ctx context.Context) (*Artifact, error) {
 		return nil, err
 	}
 	defer a.g.drop()
-	err = c.roundTrip(ctx, wire.OpArtifactRetain, &wire.RefOwner{Ref: ref, OwnerID: a.g.owner}, &ok, func(err error) {
+	err = c.do(ctx, request{op: wire.OpArtifactRetain, body: &wire.RefOwner{Ref: ref, OwnerID: a.g.owner}, reply: &ok, orphan: func(err error) {
 		if err == nil {
 			c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{ok.OwnerID}})
 		}
-	})
+	}})
 	if err != nil {
 		return nil, err
 	}
@@ -283,19 +274,18 @@ func (a *Artifact) openFile(ctx context.Context, ref wire.ArtifactRef) (*os.File
 	}
 	var ok wire.OpenOK
 	if o := a.g.openedFor(ref); o != nil {
-		select {
-		case <-o.done:
-		case <-ctx.Done():
-			return nil, wire.Location{}, ctx.Err()
+		opened, err := o.res.wait(ctx)
+		if _, _, answered := o.res.get(); !answered {
+			return nil, wire.Location{}, err // ctx ended first
 		}
-		if o.err == nil {
-			ok = o.ok
+		if err == nil {
+			ok = opened
 			a.c.openedAhead.Add(1)
 		}
 	}
 	if ok.ReadLocation.RelativePath == "" {
 		a.c.artifactOpens.Add(1)
-		if err := a.c.roundTrip(ctx, wire.OpArtifactOpen, &wire.RefOwner{Ref: ref, OwnerID: a.g.owner}, &ok, nil); err != nil {
+		if err := a.c.do(ctx, request{op: wire.OpArtifactOpen, body: &wire.RefOwner{Ref: ref, OwnerID: a.g.owner}, reply: &ok}); err != nil {
 			return nil, wire.Location{}, err
 		}
 	}

@@ -42,14 +42,13 @@ func wireAttachments(atts []Attachment) ([]wire.Attachment, func(), error) {
 		held = append(held, a.Artifact.g)
 		ref := a.Artifact.ref
 		if s := a.Artifact.seal; s != nil {
-			select {
-			case <-s.done:
-				if s.err != nil {
+			// In flight, the expected reference (see sendAttached).
+			if sealed, err, answered := s.get(); answered {
+				if err != nil {
 					undo()
-					return nil, nil, fmt.Errorf("flybus: attachment %q: %w", a.Name, sealFailed(s.err))
+					return nil, nil, fmt.Errorf("flybus: attachment %q: %w", a.Name, sealFailed(err))
 				}
-				ref = s.ref
-			default: // in flight: the expected reference (see sendAttached)
+				ref = sealed
 			}
 		}
 		out = append(out, wire.Attachment{Name: a.Name, Ref: ref, OwnerID: a.Artifact.g.owner})
@@ -101,15 +100,14 @@ func sealOutcome(atts []Attachment, sent []wire.Attachment, err error) (retry bo
 		if s == nil {
 			continue
 		}
-		select {
-		case <-s.done:
-		default:
+		sealed, err, answered := s.get()
+		if !answered {
 			continue // not sent ahead of this command after all
 		}
-		if s.err != nil {
-			return false, fmt.Errorf("flybus: attachment %q: %w", a.Name, sealFailed(s.err))
+		if err != nil {
+			return false, fmt.Errorf("flybus: attachment %q: %w", a.Name, sealFailed(err))
 		}
-		retry = retry || s.ref != sent[i].Ref
+		retry = retry || sealed != sent[i].Ref
 	}
 	if retry {
 		return true, nil

@@ -217,8 +217,8 @@ func Connect(ctx context.Context, nc net.Conn, cfg Config) (*Client, error) {
 	go func() { c.wg.Wait(); close(c.done) }()
 
 	var ok wire.HelloOK
-	err := c.roundTrip(ctx, wire.OpHello, &wire.Hello{ClientID: cfg.ClientID,
-		ClientIncarnation: cfg.ClientIncarnation, SupportedMajors: []uint32{wire.Major}}, &ok, nil)
+	err := c.do(ctx, request{op: wire.OpHello, body: &wire.Hello{ClientID: cfg.ClientID,
+		ClientIncarnation: cfg.ClientIncarnation, SupportedMajors: []uint32{wire.Major}}, reply: &ok})
 	if err == nil && (ok.SelectedMajor != wire.Major || ok.SelectedMinor != wire.Minor) {
 		err = wire.NewError(wire.ErrVersionMismatch, 0, "router selected %d.%d", ok.SelectedMajor, ok.SelectedMinor)
 	}
@@ -386,29 +386,37 @@ func (c *Client) wakeWriter() {
 	}
 }
 
-// roundTrip sends one command and waits for its reply, decoding the value
-// into v. If ctx ends first, orphan (when set) runs with the reply once it
-// arrives, so that nothing the router granted is leaked.
-func (c *Client) roundTrip(ctx context.Context, op wire.Op, body wire.Body, v wire.Body, orphan func(error)) error {
-	return c.send(ctx, op, body, nil, v, orphan, nil)
+// request is one command to the router: what to send, where the reply's
+// value goes, and the hooks around it. Every command goes through it.
+type request struct {
+	op    wire.Op
+	body  wire.Body // encoded by the writer; its data lives until the reply
+	atts  []wire.Attachment
+	reply wire.Body // the reply's value is decoded into it
+	// orphan runs with the reply when the caller gave up waiting, so that
+	// nothing the router granted is leaked.
+	orphan func(err error)
+	// then runs in the reader right after a successful reply is decoded,
+	// before any later frame is dispatched: a subscription must be known
+	// before its first delivery arrives.
+	then func()
+	// prepare runs under the client lock as the command is queued:
+	// commands are written in queue order, so an id assigned there (a call
+	// id) increases in write order even when goroutines race.
+	prepare func()
+	// complete, for a command nobody waits for (an allocation or open made
+	// ahead, a NoWait seal), takes the outcome: the reader, or the
+	// connection's failure, runs it once, before any later frame is
+	// dispatched. Without it and without a waiting caller (a control
+	// command) only a refusal is counted.
+	complete func(err error)
 }
 
-// roundTripThen is roundTrip with a hook the reader runs on success.
-func (c *Client) roundTripThen(ctx context.Context, op wire.Op, body wire.Body, v wire.Body, orphan func(error), then func()) error {
-	return c.send(ctx, op, body, nil, v, orphan, then)
-}
-
-// send is the general round trip, with attachments.
-func (c *Client) send(ctx context.Context, op wire.Op, body wire.Body, atts []wire.Attachment, v wire.Body, orphan func(error), then func()) error {
-	return c.sendPrepared(ctx, op, body, atts, v, orphan, then, nil)
-}
-
-// sendPrepared runs prepare under the client lock as the command is
-// queued: commands are written in queue order, so an id assigned there
-// (a call id) increases in write order even when goroutines race.
-func (c *Client) sendPrepared(ctx context.Context, op wire.Op, body wire.Body, atts []wire.Attachment, v wire.Body, orphan func(error), then func(), prepare func()) error {
-	w := &waiter{op: op, v: v, ch: make(chan error, 1), orphan: orphan, then: then}
-	if err := c.enqueueWith(op, body, atts, w, false, prepare); err != nil {
+// do sends r and waits for its reply. If ctx ends first, r.orphan (when
+// set) runs with the reply once it arrives.
+func (c *Client) do(ctx context.Context, r request) error {
+	w := &waiter{op: r.op, v: r.reply, ch: make(chan error, 1), orphan: r.orphan, then: r.then}
+	if err := c.queue(r, w, false); err != nil {
 		return err
 	}
 	c.flush() // write on this goroutine: no handoff to the writer
@@ -430,13 +438,19 @@ func (c *Client) sendPrepared(ctx context.Context, op wire.Op, body wire.Body, a
 	}
 }
 
-// enqueue queues a command; control commands go ahead of ordinary ones.
-func (c *Client) enqueue(op wire.Op, body wire.Body, w *waiter, control bool) error {
-	return c.enqueueWith(op, body, nil, w, control, nil)
+// post queues r without waiting for it: r.complete takes the outcome. A
+// control command (consumes, releases, cancels) goes ahead of ordinary
+// ones and is never refused for a closing client.
+func (c *Client) post(r request, control bool) error {
+	var w *waiter
+	if r.complete != nil {
+		w = &waiter{op: r.op, v: r.reply, complete: r.complete}
+	}
+	return c.queue(r, w, control)
 }
 
-func (c *Client) enqueueWith(op wire.Op, body wire.Body, atts []wire.Attachment, w *waiter, control bool, prepare func()) error {
-	it := &sendItem{op: op, body: body, atts: atts, w: w}
+func (c *Client) queue(r request, w *waiter, control bool) error {
+	it := &sendItem{op: r.op, body: r.body, atts: r.atts, w: w}
 	c.mu.Lock()
 	if c.lost != nil || c.wclosed || c.closing && !control {
 		err := c.lost
@@ -457,8 +471,8 @@ func (c *Client) enqueueWith(op wire.Op, body wire.Body, atts []wire.Attachment,
 		c.wakeWriter() // never block a Close on the socket
 		return nil
 	}
-	if prepare != nil {
-		prepare()
+	if r.prepare != nil {
+		r.prepare()
 	}
 	c.ordinary = append(c.ordinary, it)
 	c.mu.Unlock()
@@ -487,7 +501,7 @@ func (c *Client) consume(d wire.DeliveryID) {
 // fireAndForget queues a control command whose reply only matters when it
 // is a refusal; refusals are counted in ControlErrors.
 func (c *Client) fireAndForget(op wire.Op, body wire.Body) {
-	_ = c.enqueue(op, body, nil, true)
+	_ = c.post(request{op: op, body: body}, true)
 }
 
 // writeLoop flushes on behalf of goroutines that must not block on the

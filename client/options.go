@@ -170,10 +170,27 @@ func sealOptions(opts []SealOption) (wire.Opt[wire.Digest], bool, error) {
 	return wire.Some(d), o.noWait, nil
 }
 
+// callOptions reads opts with a type switch rather than through their
+// methods: a pointer passed to an interface method escapes, and a call
+// would then allocate its options.
 func callOptions(opts []CallOption) callOpts {
 	var o callOpts
+	n := 0
 	for _, opt := range opts {
-		opt.call(&o)
+		if _, ok := opt.(Attachment); ok {
+			n++
+		}
+	}
+	if n > 0 {
+		o.atts = make([]Attachment, 0, n)
+	}
+	for _, opt := range opts {
+		switch v := opt.(type) {
+		case pinOption:
+			o.pin = wire.ServiceInc(v)
+		case Attachment:
+			o.atts = append(o.atts, v)
+		}
 	}
 	return o
 }

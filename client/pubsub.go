@@ -20,7 +20,7 @@ func (c *Client) DeclareTopic(ctx context.Context, name string, retained wire.Re
 	// On an error the reply value is not read: a late reply may still be
 	// decoding into it.
 	var ok wire.DeclareOK
-	if err := c.roundTrip(ctx, wire.OpTopicDeclare, &wire.Declare{Name: name, Retained: retained}, &ok, nil); err != nil {
+	if err := c.do(ctx, request{op: wire.OpTopicDeclare, body: &wire.Declare{Name: name, Retained: retained}, reply: &ok}); err != nil {
 		return TopicInfo{}, err
 	}
 	return TopicInfo{Declared: ok.Declared, Incarnation: ok.TopicIncarnation}, nil
@@ -30,7 +30,7 @@ func (c *Client) DeclareTopic(ctx context.Context, name string, retained wire.Re
 // was one. Deliveries already made stay valid.
 func (c *Client) ClearTopic(ctx context.Context, name string) (bool, error) {
 	var ok wire.Cleared
-	if err := c.roundTrip(ctx, wire.OpTopicClear, &wire.TopicName{Name: name}, &ok, nil); err != nil {
+	if err := c.do(ctx, request{op: wire.OpTopicClear, body: &wire.TopicName{Name: name}, reply: &ok}); err != nil {
 		return false, err
 	}
 	return ok.Cleared, nil
@@ -40,7 +40,7 @@ func (c *Client) ClearTopic(ctx context.Context, name string) (bool, error) {
 // reports false for a topic that did not exist.
 func (c *Client) DeleteTopic(ctx context.Context, name string) (bool, error) {
 	var ok wire.Deleted
-	if err := c.roundTrip(ctx, wire.OpTopicDelete, &wire.TopicName{Name: name}, &ok, nil); err != nil {
+	if err := c.do(ctx, request{op: wire.OpTopicDelete, body: &wire.TopicName{Name: name}, reply: &ok}); err != nil {
 		return false, err
 	}
 	return ok.Deleted, nil
@@ -63,7 +63,7 @@ func (c *Client) Publish(ctx context.Context, topic string, payload any, atts ..
 	}
 	var ok wire.PublishOK
 	_, err = sendAttached(c, atts, func(watts []wire.Attachment, undo func()) (struct{}, error) {
-		return struct{}{}, c.send(ctx, wire.OpPublish, &wire.Publish{Topic: topic, Payload: raw}, watts, &ok, func(error) { undo() }, nil)
+		return struct{}{}, c.do(ctx, request{op: wire.OpPublish, body: &wire.Publish{Topic: topic, Payload: raw}, atts: watts, reply: &ok, orphan: func(error) { undo() }})
 	})
 	if err != nil {
 		return PublishReceipt{}, err
@@ -99,13 +99,12 @@ func (c *Client) Subscribe(ctx context.Context, topic string, opts ...SubscribeO
 		c.subs[s.id] = s
 		c.mu.Unlock()
 	}
-	err := c.roundTripThen(ctx, wire.OpSubscribe, &wire.Subscribe{Topic: topic, Mode: cfg.mode,
-		MaxQueued: uint32(cfg.queued), MaxInFlight: uint32(cfg.inFlight), ReplayLatest: cfg.replay}, &ok,
-		func(err error) {
-			if err == nil { // subscribed after the caller gave up
-				s.Close()
-			}
-		}, register)
+	err := c.do(ctx, request{op: wire.OpSubscribe, body: &wire.Subscribe{Topic: topic, Mode: cfg.mode,
+		MaxQueued: uint32(cfg.queued), MaxInFlight: uint32(cfg.inFlight), ReplayLatest: cfg.replay}, reply: &ok, orphan: func(err error) {
+		if err == nil { // subscribed after the caller gave up
+			s.Close()
+		}
+	}, then: register})
 	if err != nil {
 		return nil, err
 	}

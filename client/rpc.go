@@ -70,13 +70,13 @@ func (c *Client) Register(ctx context.Context, name string, opts ...ServiceOptio
 	}
 	c.services[name] = s
 	c.mu.Unlock()
-	err := c.roundTrip(ctx, wire.OpServiceRegister, &wire.Register{Name: name,
-		MaxQueued: uint32(cfg.queued), MaxInFlight: uint32(cfg.inFlight)}, &ok, func(err error) {
+	err := c.do(ctx, request{op: wire.OpServiceRegister, body: &wire.Register{Name: name,
+		MaxQueued: uint32(cfg.queued), MaxInFlight: uint32(cfg.inFlight)}, reply: &ok, orphan: func(err error) {
 		if err == nil { // registered after the caller gave up: undo it
 			c.fireAndForget(wire.OpServiceUnregister, &wire.Unregister{Name: name, ServiceIncarnation: ok.ServiceIncarnation})
 		}
 		takeEntry(&c.mu, &c.services, name)
-	})
+	}})
 	if err != nil {
 		if !isCtxErr(err) {
 			dropEntry(&c.mu, &c.services, name, s)
@@ -219,8 +219,7 @@ func (rc *replyCap) reply(ctx context.Context, outcome any, atts []Attachment) (
 	}
 	var ok wire.Routed
 	_, err = sendAttached(rc.c, atts, func(watts []wire.Attachment, undo func()) (struct{}, error) {
-		return struct{}{}, rc.c.send(ctx, wire.OpRPCReply, &wire.Reply{ReplyCapability: rc.rcap, Outcome: raw},
-			watts, &ok, func(error) { undo() }, nil)
+		return struct{}{}, rc.c.do(ctx, request{op: wire.OpRPCReply, body: &wire.Reply{ReplyCapability: rc.rcap, Outcome: raw}, atts: watts, reply: &ok, orphan: func(error) { undo() }})
 	})
 	if err != nil {
 		return false, err
@@ -376,7 +375,7 @@ func (p *PendingCall) Cancel(ctx context.Context) (wire.CancelState, error) {
 		return 0, err
 	}
 	var ok wire.CancelOK
-	if err := p.c.roundTrip(ctx, wire.OpRPCCancel, &wire.Cancel{CallID: p.id}, &ok, nil); err != nil {
+	if err := p.c.do(ctx, request{op: wire.OpRPCCancel, body: &wire.Cancel{CallID: p.id}, reply: &ok}); err != nil {
 		return 0, err
 	}
 	if ok.State != wire.Completed {
@@ -444,12 +443,12 @@ func (c *Client) call(ctx context.Context, target string, pin wire.ServiceInc, m
 		c.calls[p.id] = p
 	}
 	var ok wire.CallOK
-	err := c.sendPrepared(ctx, wire.OpRPCCall, body, watts, &ok, func(err error) {
+	err := c.do(ctx, request{op: wire.OpRPCCall, body: body, atts: watts, reply: &ok, orphan: func(err error) {
 		undo()
 		if err == nil { // admitted after the caller gave up
 			p.Close()
 		}
-	}, nil, assign)
+	}, prepare: assign})
 	id := p.id
 	if err != nil {
 		if !isCtxErr(err) {

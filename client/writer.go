@@ -37,12 +37,11 @@ func (c *Client) Allocate(ctx context.Context, n int64, contentType string) (*Ar
 		}
 	}
 	if !hit {
-		err := c.roundTrip(ctx, wire.OpArtifactAllocate, &wire.Allocate{ByteLength: uint64(n), ContentType: contentType}, &ok,
-			func(err error) {
-				if err == nil { // granted after the caller gave up: give it back
-					c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{ok.OwnerID}})
-				}
-			})
+		err := c.do(ctx, request{op: wire.OpArtifactAllocate, body: &wire.Allocate{ByteLength: uint64(n), ContentType: contentType}, reply: &ok, orphan: func(err error) {
+			if err == nil { // granted after the caller gave up: give it back
+				c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{ok.OwnerID}})
+			}
+		}})
 		if err != nil {
 			return nil, err
 		}
@@ -249,17 +248,16 @@ func (w *ArtifactWriter) seal(ctx context.Context, digest wire.Opt[wire.Digest])
 	w.cleanup.Stop() // the seal settles the writer's id, whatever its outcome
 	c := w.c
 	var ok wire.SealOK
-	err := c.roundTrip(ctx, wire.OpArtifactSeal, &wire.Seal{Allocation: w.alloc, Digest: digest}, &ok,
-		func(err error) {
-			// The caller gave up: give back whatever the seal left us, the
-			// new hold or, after a refusal, the writer's id (a retired id
-			// releases nothing).
-			if err == nil {
-				c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{ok.OwnerID}})
-			} else if !errors.Is(err, wire.ErrRouterLost) {
-				c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{w.alloc.OwnerID}})
-			}
-		})
+	err := c.do(ctx, request{op: wire.OpArtifactSeal, body: &wire.Seal{Allocation: w.alloc, Digest: digest}, reply: &ok, orphan: func(err error) {
+		// The caller gave up: give back whatever the seal left us, the
+		// new hold or, after a refusal, the writer's id (a retired id
+		// releases nothing).
+		if err == nil {
+			c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{ok.OwnerID}})
+		} else if !errors.Is(err, wire.ErrRouterLost) {
+			c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{w.alloc.OwnerID}})
+		}
+	}})
 	if err != nil {
 		var be *wire.BusError
 		if !errors.As(err, &be) || be.Code == wire.ErrRouterLost {
@@ -282,36 +280,22 @@ func (w *ArtifactWriter) sealNoWait(digest wire.Opt[wire.Digest]) (*Artifact, er
 	c := w.c
 	ref := wire.ArtifactRef{StoreID: w.storeID, ArtifactID: w.alloc.ArtifactID, Generation: w.alloc.Generation, ByteLength: uint64(w.size),
 		ContentType: w.contentType, Digest: digest}
-	s := &sealing{done: make(chan struct{}), ref: ref}
+	s := newOneShot[wire.ArtifactRef]()
 	var ok wire.SealOK
-	wt := &waiter{op: wire.OpArtifactSeal, v: &ok, complete: func(err error) {
-		// The reader settles the seal before it dispatches the reply of
-		// the command behind it. After a refusal the writer's id is
-		// released by the artifact's Close, like any hold.
-		if err == nil {
-			s.ref = ok.Ref
-		} else {
-			s.err = err
-		}
-		close(s.done)
-	}}
 	a := c.newArtifact(ref, c.holdGuard(w.alloc.OwnerID))
 	a.seal = s
-	if err := c.enqueueWith(wire.OpArtifactSeal, &wire.Seal{Allocation: w.alloc, Digest: digest},
-		nil, wt, false, nil); err != nil {
+	if err := c.post(request{op: wire.OpArtifactSeal, body: &wire.Seal{Allocation: w.alloc, Digest: digest}, reply: &ok,
+		complete: func(err error) {
+			// The reader settles the seal before it dispatches the reply
+			// of the command behind it. After a refusal the writer's id
+			// is released by the artifact's Close, like any hold.
+			s.set(ok.Ref, err)
+		}}, false); err != nil {
 		a.Close()
 		return nil, err
 	}
 	c.flush()
 	return a, nil
-}
-
-// sealing is a seal sent with NoWait, settled by the reader when its
-// answer arrives.
-type sealing struct {
-	done chan struct{}
-	ref  wire.ArtifactRef // expected, then (once done) the sealed reference
-	err  error            // set before done closes
 }
 
 // Close abandons an unsealed writer: the staging file is collected. The
