@@ -142,220 +142,327 @@ func (sc *simScenario) run(line string) (out string, broken bool) {
 	return strings.Join(lines, "\n"), broken
 }
 
-func (sc *simScenario) exec(args []string) error {
-	s := sc.s
-	if len(args) == 0 {
+// simArgs is one scenario command's words: positional ones, key=value
+// options and att= attachments.
+type simArgs struct {
+	pos  []string
+	opts map[string]string
+	atts []string
+}
+
+func (a *simArgs) num(key string, dflt int) int {
+	if v, ok := a.opts[key]; ok {
+		if n, err := strconv.Atoi(v); err == nil {
+			return n
+		}
+	}
+	return dflt
+}
+
+// simClientCmd is one client command: its client's session, its arguments after
+// the client's name, the attachments resolved and the payload.
+type simClientCmd struct {
+	sc      *simScenario
+	cl      *simClient
+	ss      *simSession
+	name    string // the command
+	pos     []string
+	args    *simArgs
+	atts    []wire.Attachment
+	payload wire.RawJSON
+}
+
+func (c *simClientCmd) arg(i int) string {
+	if i < len(c.pos) {
+		return c.pos[i]
+	}
+	return ""
+}
+
+func (c *simClientCmd) serial(f wire.Family, i int) uint64 {
+	n, _ := wire.ParseSerialBytes(f, []byte(c.arg(i)))
+	return n
+}
+
+// simRouterCommands act on the router or the store; simClientCommands on
+// one client's connection, named first. One handler each.
+var (
+	simRouterCommands = map[string]func(*simScenario, *simArgs) error{
+		"limits":  (*simScenario).cmdLimits,
+		"connect": (*simScenario).cmdConnect,
+		"io":      (*simScenario).cmdIO,
+		"shutdown": func(sc *simScenario, _ *simArgs) error {
+			sc.s.logf("router shuts down")
+			sc.s.stepCore(input{kind: inShutdown})
+			return nil
+		},
+		"end": func(sc *simScenario, _ *simArgs) error { sc.s.teardown(); return nil },
+	}
+	simClientCommands = map[string]func(*simClientCmd) error{
+		"pull": func(c *simClientCmd) error { c.sc.s.pullOnce(c.ss); return nil },
+		"drop": func(c *simClientCmd) error {
+			c.sc.s.logf("%s transport fails", c.ss.name)
+			c.sc.s.dropSession(c.ss)
+			return nil
+		},
+		"finish": func(c *simClientCmd) error {
+			c.sc.s.logf("%s writer finishes", c.ss.name)
+			c.sc.s.dropSession(c.ss)
+			return nil
+		},
+		"close": func(c *simClientCmd) error {
+			c.sc.s.stepCore(input{kind: inClose, conn: c.ss.c, code: wire.ErrBackpressure, msg: "closed by the scenario"})
+			return nil
+		},
+		"register":        cmdRegister,
+		"unregister":      cmdUnregister,
+		"call":            cmdCall,
+		"reply":           cmdReply,
+		"respond-release": cmdReply,
+		"cancel":          cmdCancel,
+		"declare":         cmdDeclare,
+		"clear":           cmdTopicName,
+		"delete":          cmdTopicName,
+		"subscribe":       cmdSubscribe,
+		"unsubscribe":     cmdUnsubscribe,
+		"publish":         cmdPublish,
+		"consume":         cmdConsume,
+		"allocate":        cmdAllocate,
+		"seal":            cmdSeal,
+		"open":            cmdRefOwner,
+		"retain":          cmdRefOwner,
+		"release":         cmdRelease,
+	}
+)
+
+func (sc *simScenario) exec(words []string) error {
+	if len(words) == 0 {
 		return nil
 	}
-	cmd, args := args[0], args[1:]
-	var pos, atts []string
-	opts := map[string]string{}
-	for _, a := range args {
-		if k, v, ok := strings.Cut(a, "="); ok {
+	cmd, a := words[0], &simArgs{opts: map[string]string{}}
+	for _, w := range words[1:] {
+		if k, v, ok := strings.Cut(w, "="); ok {
 			if k == "att" {
-				atts = append(atts, v)
+				a.atts = append(a.atts, v)
 			} else {
-				opts[k] = v
+				a.opts[k] = v
 			}
 			continue
 		}
-		pos = append(pos, a)
+		a.pos = append(a.pos, w)
 	}
-	num := func(key string, dflt int) int {
-		if v, ok := opts[key]; ok {
-			n, err := strconv.Atoi(v)
-			if err == nil {
-				return n
-			}
-		}
-		return dflt
+	if h := simRouterCommands[cmd]; h != nil {
+		return h(sc, a)
 	}
-	switch cmd {
-	case "limits":
-		if s.accepted > 0 {
-			return errors.New("limits must come before the first connect")
-		}
-		for _, k := range slices.Sorted(maps.Keys(opts)) {
-			n, err := strconv.ParseUint(opts[k], 10, 64)
-			if err != nil {
-				return err
-			}
-			if err := s.lim.Set(k, n); err != nil {
-				return err
-			}
-		}
-		if err := s.lim.Validate(); err != nil {
-			return err
-		}
-		s.coreCfg.limits = s.lim
-		s.k = newCore(s.coreCfg)
-		return nil
-	case "connect":
-		for _, name := range pos {
-			cl := sc.client(name)
-			c, err := s.accept("")
-			if err != nil {
-				s.logf("accept refused: %v", err)
-				continue
-			}
-			ss := &simSession{cl: cl}
-			s.attach(ss, c)
-			cl.incs++
-			ss.hello = true
-			s.send(ss, wire.OpHello, &wire.Hello{ClientID: cl.id, ClientIncarnation: fmt.Sprintf("i%d", cl.incs),
-				SupportedMajors: []uint32{1}}, nil, &simCmd{expectOK: true})
-			s.afterStep()
-			s.pullOnce(ss)
-		}
-		return nil
-	case "io":
-		if len(s.effects) == 0 {
-			return errors.New("no store I/O is pending")
-		}
-		outcome := simIOOK
-		if len(pos) > 0 {
-			outcome = map[string]simIO{"fail": simIOFails, "mismatch": simIOMismatch}[pos[0]]
-		}
-		s.finishIO(0, outcome)
-		return nil
-	case "shutdown":
-		s.logf("router shuts down")
-		s.stepCore(input{kind: inShutdown})
-		return nil
-	case "end":
-		s.teardown()
-		return nil
-	}
-	if len(pos) == 0 {
-		return fmt.Errorf("%s: which client?", cmd)
-	}
-	cl := sc.client(pos[0])
-	ss := cl.sess
-	if ss == nil {
-		return fmt.Errorf("%s has no connection", cl.id)
-	}
-	pos = pos[1:]
-	arg := func(i int) string {
-		if i < len(pos) {
-			return pos[i]
-		}
-		return ""
-	}
-	serial := func(f wire.Family, i int) uint64 {
-		n, _ := wire.ParseSerialBytes(f, []byte(arg(i)))
-		return n
-	}
-	var attachments []wire.Attachment
-	for i, spec := range atts {
-		p, err := sc.ref(ss, spec)
-		if err != nil {
-			return err
-		}
-		attachments = append(attachments, wire.Attachment{Name: fmt.Sprintf("f%d", i), Ref: p.Ref, OwnerID: p.OwnerID})
-	}
-	payload := wire.RawJSON(`{}`)
-	if n := num("size", 0); n > 0 {
-		payload = wire.RawJSON(`{"p":"` + strings.Repeat("x", n) + `"}`)
-	}
-	switch cmd {
-	case "pull":
-		s.pullOnce(ss)
-	case "drop":
-		s.logf("%s transport fails", ss.name)
-		s.dropSession(ss)
-	case "finish":
-		s.logf("%s writer finishes", ss.name)
-		s.dropSession(ss)
-	case "close":
-		s.stepCore(input{kind: inClose, conn: ss.c, code: wire.ErrBackpressure, msg: "closed by the scenario"})
-	case "register":
-		s.send(ss, wire.OpServiceRegister, &wire.Register{Name: arg(0), MaxQueued: uint32(num("q", 1)),
-			MaxInFlight: uint32(num("f", 1))}, nil, &simCmd{name: arg(0)})
-	case "unregister":
-		inc := ss.services[arg(0)]
-		s.send(ss, wire.OpServiceUnregister, &wire.Unregister{Name: arg(0), ServiceIncarnation: inc}, nil,
-			&simCmd{name: arg(0), inc: inc})
-	case "call":
-		ss.callNext++
-		ss.calls[ss.callNext] = &simCall{target: arg(0)}
-		s.send(ss, wire.OpRPCCall, &wire.Call{CallID: ss.callNext, Target: arg(0), Method: "m", Payload: payload},
-			attachments, &simCmd{call: ss.callNext, name: arg(0)})
-	case "reply", "respond-release":
-		dlv := wire.DeliveryID(serial(wire.FamDelivery, 0))
-		call := ss.caps[dlv]
-		if cmd == "reply" {
-			s.send(ss, wire.OpRPCReply, &wire.Reply{ReplyCapability: wire.ReplyCapability{CallID: call, RequestDeliveryID: dlv}, Outcome: payload}, attachments,
-				&simCmd{dlv: dlv, call: call})
-		} else {
-			s.send(ss, wire.OpRPCResponderRelease, &wire.ResponderRelease{ReplyCapability: wire.ReplyCapability{CallID: call, RequestDeliveryID: dlv}}, nil,
-				&simCmd{dlv: dlv, call: call})
-		}
-	case "cancel":
-		id := wire.CallID(serial(wire.FamCall, 0))
-		s.send(ss, wire.OpRPCCancel, &wire.Cancel{CallID: id}, nil, &simCmd{call: id})
-	case "declare":
-		r := wire.RetainNone
-		if arg(1) == "latest" {
-			r = wire.RetainLatest
-		}
-		s.send(ss, wire.OpTopicDeclare, &wire.Declare{Name: arg(0), Retained: r}, nil, &simCmd{topic: arg(0)})
-	case "clear", "delete":
-		op := map[string]wire.Op{"clear": wire.OpTopicClear, "delete": wire.OpTopicDelete}[cmd]
-		s.send(ss, op, &wire.TopicName{Name: arg(0)}, nil, &simCmd{topic: arg(0)})
-	case "subscribe":
-		b := &wire.Subscribe{Topic: arg(0), Mode: wire.ModeBounded, MaxQueued: uint32(num("q", 1)),
-			MaxInFlight: uint32(num("f", 1)), ReplayLatest: slices.Contains(pos, "replay")}
-		if arg(1) == "latest" {
-			b.Mode = wire.ModeLatest
-		}
-		s.send(ss, wire.OpSubscribe, b, nil, &simCmd{topic: b.Topic, mode: b.Mode})
-	case "unsubscribe":
-		id := wire.SubID(serial(wire.FamSub, 0))
-		s.send(ss, wire.OpUnsubscribe, &wire.Unsubscribe{SubscriptionID: id}, nil, &simCmd{sub: id})
-	case "publish":
-		s.send(ss, wire.OpPublish, &wire.Publish{Topic: arg(0), Payload: payload}, attachments, &simCmd{topic: arg(0)})
-	case "consume":
-		var ids []wire.DeliveryID
-		for i := range pos {
-			ids = append(ids, wire.DeliveryID(serial(wire.FamDelivery, i)))
-		}
-		simPending(ids, ss.consuming, 1)
-		s.send(ss, wire.OpDeliveryConsumed, &wire.Consumed{DeliveryIDs: ids}, nil, &simCmd{dlvs: ids})
-	case "allocate":
-		size, err := strconv.ParseUint(arg(0), 10, 64)
-		if err != nil {
-			return fmt.Errorf("allocate: %v", err)
-		}
-		ctype := "application/octet-stream"
-		s.send(ss, wire.OpArtifactAllocate, &wire.Allocate{ByteLength: size, ContentType: ctype}, nil,
-			&simCmd{size: size, ctype: ctype})
-	case "seal":
-		own := serial(wire.FamOwn, 0)
-		h := ss.holds[own]
-		if h == nil || !h.writer {
-			return fmt.Errorf("%s is no writer of %s", arg(0), cl.id)
-		}
-		h.seals++
-		gen := uint64(num("gen", 1))
-		s.send(ss, wire.OpArtifactSeal, &wire.Seal{Allocation: wire.Allocation{ArtifactID: h.art, Generation: gen,
-			OwnerID: wire.HoldOwner(wire.HoldID(own))}}, nil, &simCmd{own: own, gen: gen})
-	case "open", "retain":
-		p, err := sc.ref(ss, arg(0))
-		if err != nil {
-			return err
-		}
-		op := map[string]wire.Op{"open": wire.OpArtifactOpen, "retain": wire.OpArtifactRetain}[cmd]
-		s.send(ss, op, &p, nil, &simCmd{ref: p.Ref, owners: []wire.OwnerID{p.OwnerID}})
-	case "release":
-		var ids []wire.OwnerID
-		for i := range pos {
-			ids = append(ids, wire.HoldOwner(wire.HoldID(serial(wire.FamOwn, i))))
-		}
-		simPending(ids, ss.releasing, 1)
-		s.send(ss, wire.OpArtifactRelease, &wire.Release{OwnerIDs: ids}, nil, &simCmd{owners: ids})
-	default:
+	h := simClientCommands[cmd]
+	if h == nil {
 		return fmt.Errorf("unknown command %q", cmd)
 	}
+	if len(a.pos) == 0 {
+		return fmt.Errorf("%s: which client?", cmd)
+	}
+	cl := sc.client(a.pos[0])
+	if cl.sess == nil {
+		return fmt.Errorf("%s has no connection", cl.id)
+	}
+	c := &simClientCmd{sc: sc, cl: cl, ss: cl.sess, name: cmd, pos: a.pos[1:], args: a, payload: wire.RawJSON(`{}`)}
+	for i, spec := range a.atts {
+		p, err := sc.ref(c.ss, spec)
+		if err != nil {
+			return err
+		}
+		c.atts = append(c.atts, wire.Attachment{Name: fmt.Sprintf("f%d", i), Ref: p.Ref, OwnerID: p.OwnerID})
+	}
+	if n := a.num("size", 0); n > 0 {
+		c.payload = wire.RawJSON(`{"p":"` + strings.Repeat("x", n) + `"}`)
+	}
+	return h(c)
+}
+
+func (sc *simScenario) cmdLimits(a *simArgs) error {
+	s := sc.s
+	if s.accepted > 0 {
+		return errors.New("limits must come before the first connect")
+	}
+	for _, k := range slices.Sorted(maps.Keys(a.opts)) {
+		n, err := strconv.ParseUint(a.opts[k], 10, 64)
+		if err != nil {
+			return err
+		}
+		if err := s.lim.Set(k, n); err != nil {
+			return err
+		}
+	}
+	if err := s.lim.Validate(); err != nil {
+		return err
+	}
+	s.coreCfg.limits = s.lim
+	s.k = newCore(s.coreCfg)
+	return nil
+}
+
+func (sc *simScenario) cmdConnect(a *simArgs) error {
+	s := sc.s
+	for _, name := range a.pos {
+		cl := sc.client(name)
+		c, err := s.accept("")
+		if err != nil {
+			s.logf("accept refused: %v", err)
+			continue
+		}
+		ss := &simSession{cl: cl}
+		s.attach(ss, c)
+		cl.incs++
+		ss.hello = true
+		s.send(ss, wire.OpHello, &wire.Hello{ClientID: cl.id, ClientIncarnation: fmt.Sprintf("i%d", cl.incs),
+			SupportedMajors: []uint32{1}}, nil, &simCmd{expectOK: true})
+		s.afterStep()
+		s.pullOnce(ss)
+	}
+	return nil
+}
+
+func (sc *simScenario) cmdIO(a *simArgs) error {
+	s := sc.s
+	if len(s.effects) == 0 {
+		return errors.New("no store I/O is pending")
+	}
+	outcome := simIOOK
+	if len(a.pos) > 0 {
+		outcome = map[string]simIO{"fail": simIOFails, "mismatch": simIOMismatch}[a.pos[0]]
+	}
+	s.finishIO(0, outcome)
+	return nil
+}
+
+func cmdRegister(c *simClientCmd) error {
+	c.sc.s.send(c.ss, wire.OpServiceRegister, &wire.Register{Name: c.arg(0), MaxQueued: uint32(c.args.num("q", 1)),
+		MaxInFlight: uint32(c.args.num("f", 1))}, nil, &simCmd{name: c.arg(0)})
+	return nil
+}
+
+func cmdUnregister(c *simClientCmd) error {
+	inc := c.ss.services[c.arg(0)]
+	c.sc.s.send(c.ss, wire.OpServiceUnregister, &wire.Unregister{Name: c.arg(0), ServiceIncarnation: inc}, nil,
+		&simCmd{name: c.arg(0), inc: inc})
+	return nil
+}
+
+func cmdCall(c *simClientCmd) error {
+	ss := c.ss
+	ss.callNext++
+	ss.calls[ss.callNext] = &simCall{target: c.arg(0)}
+	c.sc.s.send(ss, wire.OpRPCCall, &wire.Call{CallID: ss.callNext, Target: c.arg(0), Method: "m", Payload: c.payload},
+		c.atts, &simCmd{call: ss.callNext, name: c.arg(0)})
+	return nil
+}
+
+func cmdReply(c *simClientCmd) error {
+	dlv := wire.DeliveryID(c.serial(wire.FamDelivery, 0))
+	rc := wire.ReplyCapability{CallID: c.ss.caps[dlv], RequestDeliveryID: dlv}
+	if c.name == "reply" {
+		c.sc.s.send(c.ss, wire.OpRPCReply, &wire.Reply{ReplyCapability: rc, Outcome: c.payload}, c.atts,
+			&simCmd{dlv: dlv, call: rc.CallID})
+	} else {
+		c.sc.s.send(c.ss, wire.OpRPCResponderRelease, &wire.ResponderRelease{ReplyCapability: rc}, nil,
+			&simCmd{dlv: dlv, call: rc.CallID})
+	}
+	return nil
+}
+
+func cmdCancel(c *simClientCmd) error {
+	id := wire.CallID(c.serial(wire.FamCall, 0))
+	c.sc.s.send(c.ss, wire.OpRPCCancel, &wire.Cancel{CallID: id}, nil, &simCmd{call: id})
+	return nil
+}
+
+func cmdDeclare(c *simClientCmd) error {
+	r := wire.RetainNone
+	if c.arg(1) == "latest" {
+		r = wire.RetainLatest
+	}
+	c.sc.s.send(c.ss, wire.OpTopicDeclare, &wire.Declare{Name: c.arg(0), Retained: r}, nil, &simCmd{topic: c.arg(0)})
+	return nil
+}
+
+func cmdTopicName(c *simClientCmd) error {
+	op := map[string]wire.Op{"clear": wire.OpTopicClear, "delete": wire.OpTopicDelete}[c.name]
+	c.sc.s.send(c.ss, op, &wire.TopicName{Name: c.arg(0)}, nil, &simCmd{topic: c.arg(0)})
+	return nil
+}
+
+func cmdSubscribe(c *simClientCmd) error {
+	b := &wire.Subscribe{Topic: c.arg(0), Mode: wire.ModeBounded, MaxQueued: uint32(c.args.num("q", 1)),
+		MaxInFlight: uint32(c.args.num("f", 1)), ReplayLatest: slices.Contains(c.pos, "replay")}
+	if c.arg(1) == "latest" {
+		b.Mode = wire.ModeLatest
+	}
+	c.sc.s.send(c.ss, wire.OpSubscribe, b, nil, &simCmd{topic: b.Topic, mode: b.Mode})
+	return nil
+}
+
+func cmdUnsubscribe(c *simClientCmd) error {
+	id := wire.SubID(c.serial(wire.FamSub, 0))
+	c.sc.s.send(c.ss, wire.OpUnsubscribe, &wire.Unsubscribe{SubscriptionID: id}, nil, &simCmd{sub: id})
+	return nil
+}
+
+func cmdPublish(c *simClientCmd) error {
+	c.sc.s.send(c.ss, wire.OpPublish, &wire.Publish{Topic: c.arg(0), Payload: c.payload}, c.atts, &simCmd{topic: c.arg(0)})
+	return nil
+}
+
+func cmdConsume(c *simClientCmd) error {
+	var ids []wire.DeliveryID
+	for i := range c.pos {
+		ids = append(ids, wire.DeliveryID(c.serial(wire.FamDelivery, i)))
+	}
+	simPending(ids, c.ss.consuming, 1)
+	c.sc.s.send(c.ss, wire.OpDeliveryConsumed, &wire.Consumed{DeliveryIDs: ids}, nil, &simCmd{dlvs: ids})
+	return nil
+}
+
+func cmdAllocate(c *simClientCmd) error {
+	size, err := strconv.ParseUint(c.arg(0), 10, 64)
+	if err != nil {
+		return fmt.Errorf("allocate: %v", err)
+	}
+	ctype := "application/octet-stream"
+	c.sc.s.send(c.ss, wire.OpArtifactAllocate, &wire.Allocate{ByteLength: size, ContentType: ctype}, nil,
+		&simCmd{size: size, ctype: ctype})
+	return nil
+}
+
+func cmdSeal(c *simClientCmd) error {
+	own := c.serial(wire.FamOwn, 0)
+	h := c.ss.holds[own]
+	if h == nil || !h.writer {
+		return fmt.Errorf("%s is no writer of %s", c.arg(0), c.cl.id)
+	}
+	h.seals++
+	gen := uint64(c.args.num("gen", 1))
+	c.sc.s.send(c.ss, wire.OpArtifactSeal, &wire.Seal{Allocation: wire.Allocation{ArtifactID: h.art, Generation: gen,
+		OwnerID: wire.HoldOwner(wire.HoldID(own))}}, nil, &simCmd{own: own, gen: gen})
+	return nil
+}
+
+func cmdRefOwner(c *simClientCmd) error {
+	p, err := c.sc.ref(c.ss, c.arg(0))
+	if err != nil {
+		return err
+	}
+	op := map[string]wire.Op{"open": wire.OpArtifactOpen, "retain": wire.OpArtifactRetain}[c.name]
+	c.sc.s.send(c.ss, op, &p, nil, &simCmd{ref: p.Ref, owners: []wire.OwnerID{p.OwnerID}})
+	return nil
+}
+
+func cmdRelease(c *simClientCmd) error {
+	var ids []wire.OwnerID
+	for i := range c.pos {
+		ids = append(ids, wire.HoldOwner(wire.HoldID(c.serial(wire.FamOwn, i))))
+	}
+	simPending(ids, c.ss.releasing, 1)
+	c.sc.s.send(c.ss, wire.OpArtifactRelease, &wire.Release{OwnerIDs: ids}, nil, &simCmd{owners: ids})
 	return nil
 }
 
