@@ -8,11 +8,12 @@ import (
 	"github.com/flybus/flybus/wire"
 )
 
-// An outcome is settled (recorded under the lock) a moment before done
-// closes. The program's Close decides under that same lock, so whichever
-// moment it lands on (before the outcome, between the two, after), the
-// result or the prepared allocation is given back exactly once: by the
-// reader if Close came first, else by Close.
+// An outcome is settled (recorded under the lock) a moment before the
+// reader acts on it (closes done for a prepared allocation, consumes an
+// abandoned result). The program's Close decides under that same lock, so
+// whichever moment it lands on (before the outcome, between the two,
+// after), the result or the prepared allocation is given back exactly
+// once: by the reader if Close came first, else by Close.
 func TestCloseRacingAnOutcomeGivesItBackOnce(t *testing.T) {
 	c, f := connectGood(t)
 	go io.Copy(io.Discard, f.nc) // the cancels and releases sent, dropped
@@ -31,11 +32,10 @@ func TestCloseRacingAnOutcomeGivesItBackOnce(t *testing.T) {
 			var released atomic.Int32
 			g := &guard{refCount: refCount{refs: 1}, release: func() { released.Add(1) }}
 			res := &Result{delivery: delivery{c: c, d: delivered{what: "result", g: g}}}
-			p := &PendingCall{c: c, id: 1, done: make(chan struct{})}
+			p := &PendingCall{c: c, id: 1, out: oneShot[*Result]{done: make(chan struct{})}}
 			keep := true
 			settle := func() { keep = p.settle(res, nil) }
-			done := func() {
-				close(p.done)
+			done := func() { // what finish does after settling
 				if !keep {
 					res.Close()
 				}

@@ -299,13 +299,11 @@ type PendingCall struct {
 	id          wire.CallID
 	incarnation wire.ServiceInc
 
-	done    chan struct{}
+	out     oneShot[*Result] // the one outcome, set under mu
 	once    sync.Once
 	mu      sync.Mutex
-	res     *Result
-	err     error
-	settled bool // the outcome is in res and err (done may not be closed yet)
-	taken   bool // Result returned res to the user
+	settled bool // out is set
+	taken   bool // Result returned the result to the user
 	abandon bool // Close before the result: consume it on arrival
 	closed  bool // Close was called
 }
@@ -317,10 +315,7 @@ func (p *PendingCall) Incarnation() wire.ServiceInc { return p.incarnation }
 // finish settles the call with its one outcome; a later one is consumed.
 func (p *PendingCall) finish(res *Result, err error) {
 	delivered := false
-	p.once.Do(func() {
-		delivered = p.settle(res, err)
-		close(p.done)
-	})
+	p.once.Do(func() { delivered = p.settle(res, err) })
 	if !delivered && res != nil {
 		res.Close()
 	}
@@ -329,11 +324,12 @@ func (p *PendingCall) finish(res *Result, err error) {
 // settle records the outcome under the lock Close decides under, and
 // reports whether the program may still take it: false once Close ran,
 // and then the result is the settler's to consume. Close, for its part,
-// consumes a result settled before it, whether or not done is closed yet.
+// consumes a result settled before it.
 func (p *PendingCall) settle(res *Result, err error) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.res, p.err, p.settled = res, err, true
+	p.out.set(res, err)
+	p.settled = true
 	return !p.abandon
 }
 
@@ -342,21 +338,20 @@ func (p *PendingCall) Result(ctx context.Context) (*Result, error) {
 	if err := p.live(); err != nil {
 		return nil, err
 	}
-	select {
-	case <-p.done:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	res, err := p.out.wait(ctx)
+	if _, _, settled := p.out.get(); !settled {
+		return nil, err // ctx ended first
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return nil, closedHandle("pending call")
 	}
-	if p.res != nil && !p.taken {
+	if res != nil && !p.taken {
 		p.taken = true
-		p.c.handles.handedOut(p.res.d.cleanup.rec)
+		p.c.handles.handedOut(res.d.cleanup.rec)
 	}
-	return p.res, p.err
+	return res, err
 }
 
 func (p *PendingCall) live() error {
@@ -400,7 +395,7 @@ func (p *PendingCall) Close() error {
 	}
 	p.closed = true
 	p.abandon = true
-	res, taken, settled := p.res, p.taken, p.settled
+	res, taken, settled := p.out.v, p.taken, p.settled
 	p.mu.Unlock()
 	if !settled {
 		p.c.fireAndForget(wire.OpRPCCancel, &wire.Cancel{CallID: p.id})
@@ -428,7 +423,7 @@ func (c *Client) Call(ctx context.Context, target, method string, payload any, o
 // owners they hold, when the router's answer comes after ctx ended.
 func (c *Client) call(ctx context.Context, target string, pin wire.ServiceInc, method string, raw wire.RawJSON,
 	watts []wire.Attachment, undo func()) (*PendingCall, error) {
-	p := &PendingCall{c: c, done: make(chan struct{})}
+	p := &PendingCall{c: c, out: oneShot[*Result]{done: make(chan struct{})}}
 	body := &wire.Call{Target: target, Method: method, Payload: raw}
 	if pin != 0 {
 		body.ExpectedIncarnation = wire.Some(pin)
