@@ -7,8 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/flybus/flybus/client"
@@ -19,89 +17,6 @@ import (
 )
 
 const frameSize = 640 * 480 * 4
-
-func frameBytes(seed byte, n int) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = seed + byte(i*7)
-	}
-	return b
-}
-
-// produce allocates, fills through Write and seals.
-func produce(t *testing.T, c *client.Client, data []byte) *client.Artifact {
-	t.Helper()
-	ctx := ctxT(t)
-	w := mustAllocate(t, ctx, c, int64(len(data)), "image/x-rgba")
-	if _, err := w.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	a, err := w.Seal(ctx)
-	return orFatal(t, a, err)
-}
-
-// checkBytes reads a's bytes, failing the test (what says which artifact)
-// unless they are want.
-func checkBytes(t *testing.T, ctx context.Context, a *client.Artifact, want []byte, what string) {
-	t.Helper()
-	got, err := a.ReadAll(ctx)
-	if err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("%s: %v, %d bytes, equal=%v", what, err, len(got), bytes.Equal(got, want))
-	}
-}
-
-// publishFrame publishes payload on topic with data attached as "frame",
-// through an artifact that c lets go of once it is published.
-func publishFrame(t *testing.T, c *client.Client, topic string, payload any, data []byte) {
-	t.Helper()
-	a := produce(t, c, data)
-	defer a.Close()
-	if _, err := c.Publish(ctxT(t), topic, payload, client.Attach("frame", a)); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// sealedFiles counts sealed artifact files in the router's store directory
-// (the staging pool's prepared files are not artifacts): in pool mode the
-// slots holding a sealed generation, which are the 0444 ones.
-func sealedFiles(t *testing.T, h *harness) int {
-	t.Helper()
-	return len(sealedPaths(t, h))
-}
-
-func sealedPaths(t *testing.T, h *harness) []string {
-	t.Helper()
-	ents, err := os.ReadDir(h.r.StoreDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range ents {
-		name := e.Name()
-		sealed := strings.HasPrefix(name, "sealed-") || strings.HasPrefix(name, "copy-")
-		if strings.HasPrefix(name, "slot-") {
-			if fi, err := e.Info(); err == nil && fi.Mode().Perm() == 0o444 {
-				sealed = true
-			}
-		}
-		if sealed {
-			out = append(out, filepath.Join(h.r.StoreDir(), name))
-		}
-	}
-	return out
-}
-
-// viewFrame reads a message's "frame" attachment through a view and closes
-// the view, the artifact and the message.
-func viewFrame(t *testing.T, ctx context.Context, m *client.Message) []byte {
-	t.Helper()
-	defer m.Close()
-	fa := mustArtifact(t, m, "frame")
-	defer fa.Close()
-	v := mustMap(t, ctx, fa)
-	defer v.Close()
-	return bytes.Clone(v.Bytes())
-}
 
 // readSealed reads a sealed artifact's bytes through a raw client's
 // artifact.open and the store's read-only resolution.
@@ -116,15 +31,6 @@ func readSealed(t *testing.T, h *harness, r *raw, sealed wire.SealOK) []byte {
 		t.Fatal(err)
 	}
 	return got
-}
-
-func settled(h *harness) func() bool {
-	return func() bool {
-		s := h.r.Stats()
-		// StoreFiles falls only once a collected file's unlink has run,
-		// which is after the step that dropped its last root.
-		return s.Artifacts == 0 && s.ArtifactRoots == 0 && s.Owners == 0 && s.StoreBytes == 0 && s.StoreFiles == 0
-	}
 }
 
 func TestAllocateWriteSealRead(t *testing.T) {
@@ -163,14 +69,6 @@ func TestAllocateWriteSealRead(t *testing.T) {
 			t.Fatalf("mappings: %d before, %d after (%d cached slots)", maps0, m, h.cachedSlots())
 		}
 	})
-}
-
-// barrier makes one round trip on c. Consumes and releases travel ahead of
-// ordinary commands and the router handles a connection's commands in
-// order, so anything c queued before is processed when this returns.
-func barrier(t *testing.T, c *client.Client) {
-	t.Helper()
-	mustDeclare(t, c, "test.barrier", wire.RetainNone)
 }
 
 func findSealed(t *testing.T, h *harness) string {

@@ -14,15 +14,6 @@ type tick struct {
 	N int `json:"n"`
 }
 
-func mustDeclare(t *testing.T, c *client.Client, name string, r wire.Retention) client.TopicInfo {
-	t.Helper()
-	info, err := c.DeclareTopic(ctxT(t), name, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info
-}
-
 func mustPublish(t *testing.T, c *client.Client, topic string, n int) client.PublishReceipt {
 	t.Helper()
 	rc, err := c.Publish(ctxT(t), topic, tick{N: n})

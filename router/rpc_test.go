@@ -257,15 +257,6 @@ func answerCall(t *testing.T, ctx context.Context, req *client.Request, p *clien
 	mustResult(t, ctx, p).Close()
 }
 
-// wantResultErr waits for p's result, which must fail with code c and
-// dispatch d.
-func wantResultErr(t *testing.T, ctx context.Context, what string, p *client.PendingCall, c wire.ErrorCode, d wire.Dispatch) {
-	t.Helper()
-	if _, err := p.Result(ctx); code(t, err) != c || dispatchOf(t, err) != d {
-		t.Fatalf("%s: got %v, want %s (%s)", what, err, c, d)
-	}
-}
-
 func TestCancelStates(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)

@@ -1,4 +1,4 @@
-package router_test
+package client_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/internal/bustest"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -47,7 +48,7 @@ func (l *stallLog) next(t *testing.T) slog.Record {
 	select {
 	case r := <-l.warnings:
 		return r
-	case <-ctxT(t).Done():
+	case <-bustest.Ctx(t).Done():
 		t.Fatal("no stall warning was logged")
 		return slog.Record{}
 	}
@@ -120,7 +121,7 @@ func readStall(t *testing.T, r slog.Record) stallWarning {
 // place handle tracking records is this file.
 func next1(t *testing.T, s *client.Subscription) *client.Message {
 	t.Helper()
-	m, err := s.Next(ctxT(t))
+	m, err := s.Next(bustest.Ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,16 +134,16 @@ func next1(t *testing.T, s *client.Subscription) *client.Message {
 // message starts another. With TrackHandles the warning says where the
 // handles holding the credits were taken.
 func TestStalledSubscriptionIsReported(t *testing.T) {
-	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
+	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
+		ctx := bustest.Ctx(t)
 		const bound = 50 * time.Millisecond
 		logs := newStallLog()
-		prod := h.dial("producer")
-		cons := h.dialWith("consumer", client.Config{HeldCreditsWarnAfter: bound, TrackHandles: true, Logger: slog.New(logs)})
-		mustDeclare(t, prod, "stall.a", wire.RetainNone)
-		mustDeclare(t, prod, "stall.b", wire.RetainNone)
-		sa := mustSubscribe(t, ctx, cons, "stall.a", client.Bounded(), client.InFlight(2))
-		img := produce(t, prod, frameBytes(1, 4096))
+		prod := h.Dial("producer")
+		cons := h.DialWith("consumer", client.Config{HeldCreditsWarnAfter: bound, TrackHandles: true, Logger: slog.New(logs)})
+		bustest.MustDeclare(t, prod, "stall.a", wire.RetainNone)
+		bustest.MustDeclare(t, prod, "stall.b", wire.RetainNone)
+		sa := bustest.MustSubscribe(t, ctx, cons, "stall.a", client.Bounded(), client.InFlight(2))
+		img := bustest.Produce(t, prod, bustest.FrameBytes(1, 4096))
 		for i := range 3 {
 			if _, err := prod.Publish(ctx, "stall.a", map[string]int{"n": i}, client.Attach("img", img)); err != nil {
 				t.Fatal(err)
@@ -153,7 +154,7 @@ func TestStalledSubscriptionIsReported(t *testing.T) {
 		// Episode 1: the first message's view and the second message hold
 		// both credits; the third waits at the router.
 		m1 := next1(t, sa)
-		a1 := mustArtifact(t, m1, "img")
+		a1 := bustest.MustArtifact(t, m1, "img")
 		v1, err := a1.View(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -168,7 +169,7 @@ func TestStalledSubscriptionIsReported(t *testing.T) {
 			t.Fatalf("first warning %+v", w)
 		}
 		if !strings.Contains(w.sites, "ArtifactView at ") || !strings.Contains(w.sites, "Message at ") ||
-			strings.Count(w.sites, "sdk_stall_test.go:") != 2 || w.hint != "" {
+			strings.Count(w.sites, "stall_router_test.go:") != 2 || w.hint != "" {
 			t.Fatalf("the first warning's sites %q do not name the view and the message taken in this file", w.sites)
 		}
 		if n := cons.Stats().StalledSubscriptions; n != 1 {
@@ -177,7 +178,7 @@ func TestStalledSubscriptionIsReported(t *testing.T) {
 
 		// Another subscription stalls while the first still does: only the
 		// new one is reported.
-		sb := mustSubscribe(t, ctx, cons, "stall.b", client.Bounded(), client.InFlight(1))
+		sb := bustest.MustSubscribe(t, ctx, cons, "stall.b", client.Bounded(), client.InFlight(1))
 		if _, err := prod.Publish(ctx, "stall.b", nil); err != nil {
 			t.Fatal(err)
 		}
@@ -214,20 +215,20 @@ func TestStalledSubscriptionIsReported(t *testing.T) {
 			t.Fatalf("unexpected log record %q", r.Message)
 		default:
 		}
-		waitFor(t, "everything released", settled(h))
+		bustest.WaitFor(t, "everything released", h.Settled)
 	})
 }
 
 // A subscriber that closes each message (and the view taken from it) as it
 // goes never holds all its credits, however short the bound.
 func TestConsumingSubscriberIsNeverReported(t *testing.T) {
-	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
+	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
+		ctx := bustest.Ctx(t)
 		logs := newStallLog()
-		prod := h.dial("producer")
-		cons := h.dialWith("consumer", client.Config{HeldCreditsWarnAfter: time.Millisecond, Logger: slog.New(logs)})
-		s := declareAndSubscribe(t, prod, cons, "steady", wire.RetainNone, client.Bounded(), client.InFlight(2))
-		img := produce(t, prod, frameBytes(2, 4096))
+		prod := h.Dial("producer")
+		cons := h.DialWith("consumer", client.Config{HeldCreditsWarnAfter: time.Millisecond, Logger: slog.New(logs)})
+		s := bustest.DeclareAndSubscribe(t, prod, cons, "steady", wire.RetainNone, client.Bounded(), client.InFlight(2))
+		img := bustest.Produce(t, prod, bustest.FrameBytes(2, 4096))
 		const n = 20
 		for i := range n {
 			if _, err := prod.Publish(ctx, "steady", map[string]int{"n": i}, client.Attach("img", img)); err != nil {
@@ -236,9 +237,9 @@ func TestConsumingSubscriberIsNeverReported(t *testing.T) {
 		}
 		img.Close()
 		for range n {
-			m := nextMessage(t, ctx, s)
-			a := mustArtifact(t, m, "img")
-			v := mustMap(t, ctx, a)
+			m := bustest.NextMessage(t, ctx, s)
+			a := bustest.MustArtifact(t, m, "img")
+			v := bustest.MustMap(t, ctx, a)
 			// The message goes first: the view alone keeps the credit until
 			// it closes.
 			m.Close()
@@ -251,20 +252,20 @@ func TestConsumingSubscriberIsNeverReported(t *testing.T) {
 		if extra := logs.pending(); len(extra) != 0 {
 			t.Fatalf("stall warning %q for a subscriber that closes everything", extra[0].Message)
 		}
-		waitFor(t, "everything released", settled(h))
+		bustest.WaitFor(t, "everything released", h.Settled)
 	})
 }
 
 // With TrackHandles, a handle collected without Close is logged with the
 // place it was taken.
 func TestLeakLogNamesTheSiteWhenTracking(t *testing.T) {
-	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
+	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
+		ctx := bustest.Ctx(t)
 		var log syncBuffer
-		prod := h.dial("producer")
-		cons := h.dialWith("consumer", client.Config{TrackHandles: true, HeldCreditsWarnAfter: -1,
+		prod := h.Dial("producer")
+		cons := h.DialWith("consumer", client.Config{TrackHandles: true, HeldCreditsWarnAfter: -1,
 			Logger: slog.New(slog.NewTextHandler(&log, nil))})
-		s := declareAndSubscribe(t, prod, cons, "ticks", wire.RetainNone, client.Bounded(), client.InFlight(1))
+		s := bustest.DeclareAndSubscribe(t, prod, cons, "ticks", wire.RetainNone, client.Bounded(), client.InFlight(1))
 		for range 2 {
 			if _, err := prod.Publish(ctx, "ticks", nil); err != nil {
 				t.Fatal(err)
@@ -272,13 +273,13 @@ func TestLeakLogNamesTheSiteWhenTracking(t *testing.T) {
 		}
 		forgetMessage(t, s)
 		collectLeaks(t, cons, 1)
-		if !strings.Contains(log.String(), "handle=Message") || !strings.Contains(log.String(), "sdk_stall_test.go:") ||
+		if !strings.Contains(log.String(), "handle=Message") || !strings.Contains(log.String(), "stall_router_test.go:") ||
 			!strings.Contains(log.String(), "forgetMessage") {
 			t.Fatalf("the leak log does not name where the message was taken: %q", log.String())
 		}
-		m := nextMessage(t, ctx, s) // the credit came back
+		m := bustest.NextMessage(t, ctx, s) // the credit came back
 		m.Close()
-		waitFor(t, "nothing in flight", func() bool { return h.r.Stats().Owners == 0 })
+		bustest.WaitFor(t, "nothing in flight", func() bool { return h.Router().Stats().Owners == 0 })
 	})
 }
 
@@ -287,7 +288,7 @@ func TestLeakLogNamesTheSiteWhenTracking(t *testing.T) {
 //
 //go:noinline
 func forgetMessage(t *testing.T, s *client.Subscription) {
-	if _, err := s.Next(ctxT(t)); err != nil {
+	if _, err := s.Next(bustest.Ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,4 +1,4 @@
-package router_test
+package client_test
 
 import (
 	"context"
@@ -7,8 +7,14 @@ import (
 	"testing"
 
 	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/internal/bustest"
 	"github.com/flybus/flybus/wire"
 )
+
+// counterResult is what the scripted service answers Add with.
+type counterResult struct {
+	Total int `json:"total"`
+}
 
 // await receives from ch, failing the test (what says what it waited for)
 // once ctx ends first.
@@ -62,15 +68,15 @@ func serveScripted(ctx context.Context, svc *client.Service, total *int, later c
 // the service's credits all come back. Serve returns nil after the
 // service's Close.
 func TestServeClosesEachRequestAfterItsHandler(t *testing.T) {
-	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		_, caller, svc := h.serviceAndCaller("svc", "serve.counter", client.Queued(1), client.InFlight(1))
+	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
+		ctx := bustest.Ctx(t)
+		_, caller, svc := h.ServiceAndCaller("svc", "serve.counter", client.Queued(1), client.InFlight(1))
 		later := make(chan *client.Responder, 1)
 		total := 0 // one Serve at a time adds to it
 		served := serveScripted(ctx, svc, &total, later)
 		add := func(n, want int) {
 			t.Helper()
-			res := mustResult(t, ctx, mustCall(t, ctx, caller, "serve.counter", 0, "Add", map[string]int{"n": n}))
+			res := bustest.MustResult(t, ctx, bustest.MustCall(t, ctx, caller, "serve.counter", 0, "Add", map[string]int{"n": n}))
 			var got counterResult
 			if err := res.Decode(&got); err != nil || got.Total != want {
 				t.Fatalf("Add(%d): %+v %v, want total %d", n, got, err, want)
@@ -82,20 +88,20 @@ func TestServeClosesEachRequestAfterItsHandler(t *testing.T) {
 		for i, want := range []int{1, 3, 6, 10, 15} {
 			add(i+1, want)
 		}
-		wantResultErr(t, ctx, "a request its handler left unanswered",
-			mustCall(t, ctx, caller, "serve.counter", 0, "Drop", nil), wire.ErrCallGone, wire.Dispatched)
+		bustest.WantResultErr(t, ctx, "a request its handler left unanswered",
+			bustest.MustCall(t, ctx, caller, "serve.counter", 0, "Drop", nil), wire.ErrCallGone, wire.Dispatched)
 
-		p := mustCall(t, ctx, caller, "serve.counter", 0, "Later", nil)
+		p := bustest.MustCall(t, ctx, caller, "serve.counter", 0, "Later", nil)
 		resp := await(t, ctx, later, "the Later handler")
 		add(5, 20) // the request is closed: its credit serves the next call
 		if routed, err := resp.Reply(ctx, counterResult{Total: -1}); err != nil || !routed {
 			t.Fatalf("a responder kept past its request: %v %v", routed, err)
 		}
 		resp.Close()
-		mustResult(t, ctx, p).Close()
+		bustest.MustResult(t, ctx, p).Close()
 
-		wantResultErr(t, ctx, "a request whose handler panicked",
-			mustCall(t, ctx, caller, "serve.counter", 0, "Panic", nil), wire.ErrCallGone, wire.Dispatched)
+		bustest.WantResultErr(t, ctx, "a request whose handler panicked",
+			bustest.MustCall(t, ctx, caller, "serve.counter", 0, "Panic", nil), wire.ErrCallGone, wire.Dispatched)
 		if err := await(t, ctx, served, "the panicking Serve"); err == nil || err.Error() != "panic: handler" {
 			t.Fatalf("Serve with a panicking handler: %v", err)
 		}
@@ -105,17 +111,17 @@ func TestServeClosesEachRequestAfterItsHandler(t *testing.T) {
 		if err := await(t, ctx, served, "Serve to return"); err != nil {
 			t.Fatalf("Serve after the service's Close: %v, want nil", err)
 		}
-		waitFor(t, "the router to hold no call", func() bool { return h.r.Stats().Calls == 0 })
+		bustest.WaitFor(t, "the router to hold no call", func() bool { return h.Router().Stats().Calls == 0 })
 	})
 }
 
 // Serve in several goroutines handles up to MaxInFlight requests at once,
 // and every one of them returns when the service is closed.
 func TestServeInSeveralGoroutines(t *testing.T) {
-	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
+	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
+		ctx := bustest.Ctx(t)
 		const n = 3
-		_, caller, svc := h.serviceAndCaller("svc", "serve.wide", client.InFlight(n))
+		_, caller, svc := h.ServiceAndCaller("svc", "serve.wide", client.InFlight(n))
 		inside, release := make(chan struct{}), make(chan struct{})
 		served := make(chan error, n)
 		for range n {
@@ -131,14 +137,14 @@ func TestServeInSeveralGoroutines(t *testing.T) {
 		}
 		var calls []*client.PendingCall
 		for range n {
-			calls = append(calls, mustCall(t, ctx, caller, "serve.wide", 0, "Wait", nil))
+			calls = append(calls, bustest.MustCall(t, ctx, caller, "serve.wide", 0, "Wait", nil))
 		}
 		for i := range n {
 			await(t, ctx, inside, fmt.Sprintf("request %d of %d to reach a handler", i+1, n))
 		}
 		close(release)
 		for _, p := range calls {
-			mustResult(t, ctx, p).Close()
+			bustest.MustResult(t, ctx, p).Close()
 		}
 		svc.Close()
 		for i := range n {
@@ -155,10 +161,10 @@ func TestServeInSeveralGoroutines(t *testing.T) {
 // ErrSubscriptionClosed when the router ends the subscription; Serve
 // returns ROUTER_LOST then.
 func TestReceiveClosesEachMessageAfterItsHandler(t *testing.T) {
-	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		pub, sub, s := h.pubSub("pub", "sub", "serve.frames", wire.RetainNone, client.Bounded(), client.Queued(1), client.InFlight(1))
-		data := frameBytes(9, 4096)
+	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
+		ctx := bustest.Ctx(t)
+		pub, sub, s := h.PubSub("pub", "sub", "serve.frames", wire.RetainNone, client.Bounded(), client.Queued(1), client.InFlight(1))
+		data := bustest.FrameBytes(9, 4096)
 		type got struct {
 			n   int
 			img *client.Artifact
@@ -191,7 +197,7 @@ func TestReceiveClosesEachMessageAfterItsHandler(t *testing.T) {
 		for i := range 4 {
 			var atts []client.Attachment
 			if i == 2 {
-				a := produce(t, pub, data)
+				a := bustest.Produce(t, pub, data)
 				atts = append(atts, client.Attach("img", a))
 			}
 			_, err := pub.Publish(ctx, "serve.frames", map[string]int{"n": i}, atts...)
@@ -206,7 +212,7 @@ func TestReceiveClosesEachMessageAfterItsHandler(t *testing.T) {
 				t.Fatalf("message %d handled as %d", i, g.n)
 			}
 			if g.img != nil {
-				checkBytes(t, ctx, g.img, data, "an artifact kept past its message")
+				bustest.CheckBytes(t, ctx, g.img, data, "an artifact kept past its message")
 				g.img.Close()
 			}
 		}
@@ -215,11 +221,11 @@ func TestReceiveClosesEachMessageAfterItsHandler(t *testing.T) {
 			t.Fatalf("Receive after its context ended: %v, want nil", err)
 		}
 
-		svc := mustRegister(t, ctx, sub, "serve.ends")
+		svc := bustest.MustRegister(t, ctx, sub, "serve.ends")
 		served := make(chan error, 1)
 		go func() { served <- svc.Serve(ctx, func(context.Context, *client.Request) {}) }()
 		received = receive(ctx)
-		if err := h.r.Shutdown(ctx); err != nil {
+		if err := h.Router().Shutdown(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if err := await(t, ctx, received, "Receive to end"); !errors.Is(err, client.ErrSubscriptionClosed) || errors.Is(err, client.ErrHandleClosed) || s.ClosedReason() != "router-shutdown" {

@@ -1,4 +1,4 @@
-package router_test
+package client_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/internal/bustest"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -27,14 +28,14 @@ func isClosedHandle(t *testing.T, what string, err error) {
 func mustClone(t *testing.T, a *client.Artifact) *client.Artifact {
 	t.Helper()
 	c, err := a.Clone()
-	return orFatal(t, c, err)
+	return bustest.OrFatal(t, c, err)
 }
 
 // waitSettled waits until the router holds nothing, then checks that no
 // control command of c was refused: none was a use after release.
-func waitSettled(t *testing.T, h *harness, what string, c *client.Client) {
+func waitSettled(t *testing.T, h *bustest.Harness, what string, c *client.Client) {
 	t.Helper()
-	waitFor(t, what, settled(h))
+	bustest.WaitFor(t, what, h.Settled)
 	if n := c.Stats().ControlErrors; n != 0 {
 		t.Fatalf("%d refused control commands (a use after release)", n)
 	}
@@ -43,15 +44,15 @@ func waitSettled(t *testing.T, h *harness, what string, c *client.Client) {
 // A handle refuses use after its own Close even while another share of its
 // delivery or hold keeps the owner alive on the router.
 func TestHandlesRefuseUseAfterTheirOwnClose(t *testing.T) {
-	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		prod, _, s := h.pubSub("producer", "consumer", "frames", wire.RetainNone, client.Bounded())
-		a := produce(t, prod, frameBytes(5, 4096))
+	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
+		ctx := bustest.Ctx(t)
+		prod, _, s := h.PubSub("producer", "consumer", "frames", wire.RetainNone, client.Bounded())
+		a := bustest.Produce(t, prod, bustest.FrameBytes(5, 4096))
 		if _, err := prod.Publish(ctx, "frames", map[string]int{"n": 1}, client.Attach("img", a)); err != nil {
 			t.Fatal(err)
 		}
-		m := nextMessage(t, ctx, s)
-		img := mustArtifact(t, m, "img")
+		m := bustest.NextMessage(t, ctx, s)
+		img := bustest.MustArtifact(t, m, "img")
 
 		// Message: closed while img shares its delivery.
 		m.Close()
@@ -76,7 +77,7 @@ func TestHandlesRefuseUseAfterTheirOwnClose(t *testing.T) {
 		isClosedHandle(t, "Publish with a closed artifact", err)
 
 		// View and reader: closed while the clone keeps the delivery.
-		v := mustMap(t, ctx, clone)
+		v := bustest.MustMap(t, ctx, clone)
 		v.Close()
 		if v.Bytes() != nil {
 			t.Fatal("a closed view still hands out its bytes")
@@ -131,16 +132,16 @@ func TestHandlesRefuseUseAfterTheirOwnClose(t *testing.T) {
 		if _, ok := s.TryNext(); ok {
 			t.Fatal("TryNext after Close returned a message")
 		}
-		waitFor(t, "everything released", settled(h))
+		bustest.WaitFor(t, "everything released", h.Settled)
 	})
 }
 
 func TestRPCHandlesRefuseUseAfterTheirOwnClose(t *testing.T) {
-	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		_, caller, svc := h.serviceAndCaller("server", "svc")
-		p := mustCall(t, ctx, caller, "svc", 0, "M", map[string]any{"x": []int{1, 2}})
-		req := nextRequest(t, ctx, svc)
+	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
+		ctx := bustest.Ctx(t)
+		_, caller, svc := h.ServiceAndCaller("server", "svc")
+		p := bustest.MustCall(t, ctx, caller, "svc", 0, "M", map[string]any{"x": []int{1, 2}})
+		req := bustest.NextRequest(t, ctx, svc)
 		// Request: closed while a Responder keeps the reply capability.
 		resp := req.Responder()
 		req.Close()
@@ -160,7 +161,7 @@ func TestRPCHandlesRefuseUseAfterTheirOwnClose(t *testing.T) {
 		_, err = resp.Reply(ctx, nil)
 		isClosedHandle(t, "Responder.Reply", err)
 
-		res := mustResult(t, ctx, p)
+		res := bustest.MustResult(t, ctx, p)
 		if string(res.Outcome) != `{"got":{"x":[1,2]}}` {
 			t.Fatalf("outcome %s", res.Outcome)
 		}
@@ -180,7 +181,7 @@ func TestRPCHandlesRefuseUseAfterTheirOwnClose(t *testing.T) {
 		svc.Close()
 		_, err = svc.Next(ctx)
 		isClosedHandle(t, "Service.Next", err)
-		waitFor(t, "everything released", settled(h))
+		bustest.WaitFor(t, "everything released", h.Settled)
 	})
 }
 
@@ -188,11 +189,11 @@ func TestRPCHandlesRefuseUseAfterTheirOwnClose(t *testing.T) {
 // closed; after the router went away they say ROUTER_LOST. Both read as
 // sentences.
 func TestErrorsNameWhatEnded(t *testing.T) {
-	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		c := h.dial("closer")
-		s := declareAndSubscribe(t, c, c, "t", wire.RetainNone, client.Latest())
-		svc := mustRegister(t, ctx, c, "svc")
+	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
+		ctx := bustest.Ctx(t)
+		c := h.Dial("closer")
+		s := bustest.DeclareAndSubscribe(t, c, c, "t", wire.RetainNone, client.Latest())
+		svc := bustest.MustRegister(t, ctx, c, "svc")
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -212,8 +213,8 @@ func TestErrorsNameWhatEnded(t *testing.T) {
 			t.Errorf("Subscription.Next after Client.Close: %v, want ErrSubscriptionClosed too", ops["Subscription.Next"])
 		}
 
-		lost := h.dial("lost")
-		if err := h.r.Shutdown(ctx); err != nil {
+		lost := h.Dial("lost")
+		if err := h.Router().Shutdown(ctx); err != nil {
 			t.Fatal(err)
 		}
 		<-lost.Done()
@@ -231,14 +232,14 @@ func TestErrorsNameWhatEnded(t *testing.T) {
 // Close returns once the router has let go of the client, so the same id
 // connects again at once.
 func TestCloseReleasesTheClientIDAtOnce(t *testing.T) {
-	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
+	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
+		ctx := bustest.Ctx(t)
 		for i := range 100 {
-			c, err := client.Connect(ctx, h.conn(""), client.Config{ClientID: "again"})
+			c, err := client.Connect(ctx, h.Conn(""), client.Config{ClientID: "again"})
 			if err != nil {
 				t.Fatalf("connect %d: %v", i, err)
 			}
-			mustDeclare(t, c, "t", wire.RetainNone)
+			bustest.MustDeclare(t, c, "t", wire.RetainNone)
 			if err := c.Close(); err != nil {
 				t.Fatalf("close %d: %v", i, err)
 			}
@@ -256,36 +257,36 @@ func TestConnectRefusesANilConnection(t *testing.T) {
 // A client refused by a full router learns why (QUOTA_EXCEEDED), whether its
 // hello was written before the router closed or failed with a broken pipe.
 func TestConnectToAFullRouterSaysWhy(t *testing.T) {
-	h := newHarness(t, openWith(wire.Limits{MaxClients: 1}), true)
-	defer h.r.Shutdown(context.Background())
-	first := h.dial("first")
+	h := bustest.New(t, bustest.OpenWith(wire.Limits{MaxClients: 1}), true)
+	defer h.Router().Shutdown(context.Background())
+	first := h.Dial("first")
 	for i := range 20 {
-		_, err := client.Connect(ctxT(t), h.conn(""), client.Config{ClientID: "second"})
+		_, err := client.Connect(bustest.Ctx(t), h.Conn(""), client.Config{ClientID: "second"})
 		if !errors.Is(err, wire.ErrQuotaExceeded) || !strings.Contains(err.Error(), "maxClients") {
 			t.Fatalf("attempt %d: %v, want QUOTA_EXCEEDED naming maxClients", i, err)
 		}
 	}
-	mustDeclare(t, first, "still.up", wire.RetainNone)
+	bustest.MustDeclare(t, first, "still.up", wire.RetainNone)
 }
 
 // Row 2.6: a clone shares its original's owner. Closing the original keeps
 // the clone usable; the owner goes only when both are closed.
 func TestCloneSharesTheOwner(t *testing.T) {
-	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		c := h.dial("producer")
-		data := frameBytes(11, 4096)
-		a := produce(t, c, data)
+	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
+		ctx := bustest.Ctx(t)
+		c := h.Dial("producer")
+		data := bustest.FrameBytes(11, 4096)
+		a := bustest.Produce(t, c, data)
 		cl := mustClone(t, a)
 		if cl.OwnerID() != a.OwnerID() || cl.Ref() != a.Ref() {
 			t.Fatalf("clone %v %+v, original %v %+v", cl.OwnerID(), cl.Ref(), a.OwnerID(), a.Ref())
 		}
 		a.Close()
-		barrier(t, c) // a release, had one been queued, is handled now
-		if st := h.r.Stats(); st.Owners != 1 || st.ArtifactRoots != 1 || st.Artifacts != 1 {
+		bustest.Barrier(t, c) // a release, had one been queued, is handled now
+		if st := h.Router().Stats(); st.Owners != 1 || st.ArtifactRoots != 1 || st.Artifacts != 1 {
 			t.Fatalf("closing the original released the shared owner: %+v", st)
 		}
-		checkBytes(t, ctx, cl, data, "the clone after the original closed")
+		bustest.CheckBytes(t, ctx, cl, data, "the clone after the original closed")
 		cl.Close()
 		waitSettled(t, h, "the owner released after both closed", c)
 	})
@@ -293,33 +294,33 @@ func TestCloneSharesTheOwner(t *testing.T) {
 
 // Row 8.3.2: clones and extractions are local: they write nothing.
 func TestLocalClonesSendNothing(t *testing.T) {
-	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		prod := h.dial("producer")
-		cons, tc := h.dialTap("consumer", client.Config{})
-		mustDeclare(t, prod, "frames", wire.RetainNone)
-		s := mustSubscribe(t, ctx, cons, "frames", client.Bounded())
-		a := produce(t, prod, frameBytes(19, 1024))
+	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
+		ctx := bustest.Ctx(t)
+		prod := h.Dial("producer")
+		cons, tc := dialTap(h, "consumer", client.Config{})
+		bustest.MustDeclare(t, prod, "frames", wire.RetainNone)
+		s := bustest.MustSubscribe(t, ctx, cons, "frames", client.Bounded())
+		a := bustest.Produce(t, prod, bustest.FrameBytes(19, 1024))
 		if _, err := prod.Publish(ctx, "frames", nil, client.Attach("img", a)); err != nil {
 			t.Fatal(err)
 		}
 		a.Close()
-		barrier(t, prod) // the producer's release is processed before the count is read
-		m := nextMessage(t, ctx, s)
-		barrier(t, cons)
+		bustest.Barrier(t, prod) // the producer's release is processed before the count is read
+		m := bustest.NextMessage(t, ctx, s)
+		bustest.Barrier(t, cons)
 		before := tc.written()
-		owners := h.r.Stats().Owners
+		owners := h.Router().Stats().Owners
 		var handles []*client.Artifact
 		for range 2 {
-			x := mustArtifact(t, m, "img")
+			x := bustest.MustArtifact(t, m, "img")
 			y := mustClone(t, x)
 			handles = append(handles, x, y, mustClone(t, y))
 		}
-		barrier(t, cons) // flushes anything the clones might have queued
+		bustest.Barrier(t, cons) // flushes anything the clones might have queued
 		if ops := tc.opsSince(before); len(ops) != 1 || ops[0] != wire.OpTopicDeclare.String() {
 			t.Fatalf("clones and extractions wrote %v, want only the barrier", ops)
 		}
-		if st := h.r.Stats(); st.Owners != owners {
+		if st := h.Router().Stats(); st.Owners != owners {
 			t.Fatalf("owners %d before, %d after local clones", owners, st.Owners)
 		}
 		for _, x := range handles {
@@ -333,29 +334,29 @@ func TestLocalClonesSendNothing(t *testing.T) {
 // Row 8.3.4: ownership is per delivery. Keeping one of a message's two
 // artifacts keeps the other alive too, until the kept one is closed.
 func TestOneArtifactKeepsTheDelivery(t *testing.T) {
-	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		prod, cons, s := h.pubSub("producer", "consumer", "pairs", wire.RetainNone, client.Bounded())
-		left, right := produce(t, prod, frameBytes(21, 2048)), produce(t, prod, frameBytes(23, 2048))
+	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
+		ctx := bustest.Ctx(t)
+		prod, cons, s := h.PubSub("producer", "consumer", "pairs", wire.RetainNone, client.Bounded())
+		left, right := bustest.Produce(t, prod, bustest.FrameBytes(21, 2048)), bustest.Produce(t, prod, bustest.FrameBytes(23, 2048))
 		if _, err := prod.Publish(ctx, "pairs", nil, client.Attach("left", left), client.Attach("right", right)); err != nil {
 			t.Fatal(err)
 		}
 		left.Close()
 		right.Close()
-		barrier(t, prod)
-		m := nextMessage(t, ctx, s)
-		kept := mustArtifact(t, m, "left")
+		bustest.Barrier(t, prod)
+		m := bustest.NextMessage(t, ctx, s)
+		kept := bustest.MustArtifact(t, m, "left")
 		m.Close()
-		barrier(t, cons)
-		if n := sealedFiles(t, h); n != 2 {
+		bustest.Barrier(t, cons)
+		if n := h.SealedFiles(t); n != 2 {
 			t.Fatalf("%d sealed files while one artifact of the delivery is kept, want 2", n)
 		}
-		if st := h.r.Stats(); st.Owners != 1 || st.Artifacts != 2 || st.ArtifactRoots != 2 {
+		if st := h.Router().Stats(); st.Owners != 1 || st.Artifacts != 2 || st.ArtifactRoots != 2 {
 			t.Fatalf("the delivery was released with one artifact kept: %+v", st)
 		}
 		kept.Close()
-		waitFor(t, "both collected", settled(h))
-		if n := sealedFiles(t, h); n != 0 {
+		bustest.WaitFor(t, "both collected", h.Settled)
+		if n := h.SealedFiles(t); n != 0 {
 			t.Fatalf("%d sealed files left", n)
 		}
 	})
@@ -367,14 +368,14 @@ func TestOneArtifactKeepsTheDelivery(t *testing.T) {
 // guard been dropped with the context, its release would travel on the
 // control lane ahead of the publication, which would then be refused.
 func TestExpiredPublishKeepsTheGuard(t *testing.T) {
-	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		prod, tc := h.dialTap("producer", client.Config{})
-		cons := h.dial("consumer")
-		mustDeclare(t, prod, "frames", wire.RetainNone)
-		s := mustSubscribe(t, ctx, cons, "frames", client.Bounded())
-		data := frameBytes(17, 4096)
-		a := produce(t, prod, data)
+	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
+		ctx := bustest.Ctx(t)
+		prod, tc := dialTap(h, "producer", client.Config{})
+		cons := h.Dial("consumer")
+		bustest.MustDeclare(t, prod, "frames", wire.RetainNone)
+		s := bustest.MustSubscribe(t, ctx, cons, "frames", client.Bounded())
+		data := bustest.FrameBytes(17, 4096)
+		a := bustest.Produce(t, prod, data)
 
 		held := blockWriter(t, prod, tc)
 		expired, cancel := context.WithCancel(context.Background())
@@ -392,11 +393,11 @@ func TestExpiredPublishKeepsTheGuard(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the late publication was not admitted: %v", err)
 		}
-		img := mustArtifact(t, m, "img")
-		checkBytes(t, ctx, img, data, "the published artifact")
+		img := bustest.MustArtifact(t, m, "img")
+		bustest.CheckBytes(t, ctx, img, data, "the published artifact")
 		img.Close()
 		m.Close()
-		barrier(t, prod) // the late reply has been handled
+		bustest.Barrier(t, prod) // the late reply has been handled
 		waitSettled(t, h, "everything released", prod)
 		ops := tc.opsSince(0)
 		for i, op := range ops {
@@ -414,12 +415,12 @@ func TestExpiredPublishKeepsTheGuard(t *testing.T) {
 // Row 8.3.16: the SDK's control lane overflowing closes the connection
 // rather than drop a release.
 func TestClientControlLaneOverflowCloses(t *testing.T) {
-	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		c, tc := h.dialTap("producer", client.Config{ControlLaneCapacity: 4})
+	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
+		ctx := bustest.Ctx(t)
+		c, tc := dialTap(h, "producer", client.Config{ControlLaneCapacity: 4})
 		var arts []*client.Artifact
 		for i := range 5 {
-			arts = append(arts, produce(t, c, frameBytes(byte(i), 64)))
+			arts = append(arts, bustest.Produce(t, c, bustest.FrameBytes(byte(i), 64)))
 		}
 		held := blockWriter(t, c, tc)
 		for i, a := range arts[:4] {
@@ -437,9 +438,9 @@ func TestClientControlLaneOverflowCloses(t *testing.T) {
 		if err := c.Err(); err == nil || !strings.Contains(err.Error(), "overflow") {
 			t.Fatalf("Err after overflow: %v", err)
 		}
-		if err := <-held; code(t, err) != wire.ErrRouterLost {
+		if err := <-held; bustest.Code(t, err) != wire.ErrRouterLost {
 			t.Fatalf("the held command: %v", err)
 		}
-		waitFor(t, "the router to release the connection's owners", settled(h))
+		bustest.WaitFor(t, "the router to release the connection's owners", h.Settled)
 	})
 }

@@ -1,4 +1,4 @@
-package router_test
+package client_test
 
 import (
 	"bytes"
@@ -7,33 +7,22 @@ import (
 	"testing"
 
 	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/internal/bustest"
 	"github.com/flybus/flybus/wire"
 )
-
-// dialWith connects an SDK client with cfg over an unbound transport.
-func (h *harness) dialWith(id string, cfg client.Config) *client.Client {
-	h.t.Helper()
-	cfg.ClientID, cfg.StoreRoot = id, h.root
-	c, err := client.Connect(ctxT(h.t), h.conn(""), cfg)
-	if err != nil {
-		h.t.Fatalf("connect %s: %v", id, err)
-	}
-	h.t.Cleanup(func() { c.Close() })
-	return h.track(c)
-}
 
 // With AllocateAhead, the second and later allocations of a size are
 // served by an allocation prepared in the background; each writer is
 // still unique and its bytes are what was written. Close releases the one
 // prepared last, and the router is left with nothing.
 func TestAllocateAheadServesRepeatedSizes(t *testing.T) {
-	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		prod := h.dialWith("producer", client.Config{AllocateAhead: 1})
-		sub := declareAndSubscribe(t, prod, h.dial("consumer"), "frames", wire.RetainNone, client.Bounded())
+	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
+		ctx := bustest.Ctx(t)
+		prod := h.DialWith("producer", client.Config{AllocateAhead: 1})
+		sub := bustest.DeclareAndSubscribe(t, prod, h.Dial("consumer"), "frames", wire.RetainNone, client.Bounded())
 		const frames = 8
 		for i := range frames {
-			data := frameBytes(byte(i), 32<<10)
+			data := bustest.FrameBytes(byte(i), 32<<10)
 			w := fill(t, prod, data)
 			a, err := w.Seal(ctx, client.NoWait())
 			if err != nil {
@@ -53,8 +42,8 @@ func TestAllocateAheadServesRepeatedSizes(t *testing.T) {
 		}
 		// The prepared allocation is a staging artifact the router counts;
 		// the last frame goes once its releases are processed.
-		waitFor(t, "only the prepared allocation left", func() bool {
-			rs := h.r.Stats()
+		bustest.WaitFor(t, "only the prepared allocation left", func() bool {
+			rs := h.Router().Stats()
 			return rs.Artifacts == 1 && rs.SealedArtifacts == 0 && rs.Owners == 1
 		})
 		sub.Close()
@@ -64,7 +53,7 @@ func TestAllocateAheadServesRepeatedSizes(t *testing.T) {
 		if st := prod.Stats(); st.PreparedReleased != 1 || st.PreparedWriters != 0 || st.ControlErrors != 0 {
 			t.Fatalf("after Close: released %d, prepared %d, control errors %d", st.PreparedReleased, st.PreparedWriters, st.ControlErrors)
 		}
-		waitFor(t, "everything released", settled(h))
+		bustest.WaitFor(t, "everything released", h.Settled)
 	})
 }
 
@@ -73,12 +62,12 @@ func TestAllocateAheadServesRepeatedSizes(t *testing.T) {
 // prepare its next allocation. The caller closes the artifact.
 func sendFrame(t *testing.T, c *client.Client, n int64) *client.Artifact {
 	t.Helper()
-	w := mustAllocate(t, ctxT(t), c, n, "a/b")
-	a, err := w.Seal(ctxT(t), client.NoWait())
+	w := bustest.MustAllocate(t, bustest.Ctx(t), c, n, "a/b")
+	a, err := w.Seal(bustest.Ctx(t), client.NoWait())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Publish(ctxT(t), "sink", map[string]int{}, client.Attach("frame", a)); err != nil {
+	if _, err := c.Publish(bustest.Ctx(t), "sink", map[string]int{}, client.Attach("frame", a)); err != nil {
 		t.Fatal(err)
 	}
 	return a
@@ -89,11 +78,11 @@ func sendFrame(t *testing.T, c *client.Client, n int64) *client.Artifact {
 // one's prepared allocation, released at once; a caller that gives up
 // while one is on its way leaves nothing behind.
 func TestAllocateAheadPreparesAfterTheFrameAndEvicts(t *testing.T) {
-	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		prod := h.dialWith("producer", client.Config{AllocateAhead: 1})
-		mustDeclare(t, prod, "sink", wire.RetainNone)
-		mustAllocate(t, ctx, prod, 1<<20, "a/b").Close()
+	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
+		ctx := bustest.Ctx(t)
+		prod := h.DialWith("producer", client.Config{AllocateAhead: 1})
+		bustest.MustDeclare(t, prod, "sink", wire.RetainNone)
+		bustest.MustAllocate(t, ctx, prod, 1<<20, "a/b").Close()
 		if st := prod.Stats(); st.PreparedWriters != 0 {
 			t.Fatalf("%d allocations prepared before any frame went out", st.PreparedWriters)
 		}
@@ -103,7 +92,7 @@ func TestAllocateAheadPreparesAfterTheFrameAndEvicts(t *testing.T) {
 		}
 		// A second size: the first one's prepared allocation goes.
 		sendFrame(t, prod, 1<<10).Close()
-		waitFor(t, "the evicted allocation released", func() bool { return prod.Stats().PreparedReleased == 1 })
+		bustest.WaitFor(t, "the evicted allocation released", func() bool { return prod.Stats().PreparedReleased == 1 })
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
 		if _, err := prod.Allocate(cctx, 1<<10, "a/b"); err != nil && !errors.Is(err, context.Canceled) {
@@ -112,7 +101,7 @@ func TestAllocateAheadPreparesAfterTheFrameAndEvicts(t *testing.T) {
 		if err := prod.Close(); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "everything released", settled(h))
+		bustest.WaitFor(t, "everything released", h.Settled)
 	})
 }
 
@@ -121,27 +110,27 @@ func TestAllocateAheadPreparesAfterTheFrameAndEvicts(t *testing.T) {
 // keeps mapped), none on the View's own way. A message closed unviewed
 // leaves nothing behind.
 func TestOpenAheadServesViews(t *testing.T) {
-	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		prod := h.dial("producer")
-		cons := h.dialWith("consumer", client.Config{OpenAhead: true})
-		sub := declareAndSubscribe(t, prod, cons, "frames", wire.RetainNone, client.Bounded())
+	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
+		ctx := bustest.Ctx(t)
+		prod := h.Dial("producer")
+		cons := h.DialWith("consumer", client.Config{OpenAhead: true})
+		sub := bustest.DeclareAndSubscribe(t, prod, cons, "frames", wire.RetainNone, client.Bounded())
 		const frames = 6
 		for i := range frames {
-			data := frameBytes(byte(i), 32<<10)
-			publishFrame(t, prod, "frames", map[string]int{"i": i}, data)
-			m := nextMessage(t, ctx, sub)
+			data := bustest.FrameBytes(byte(i), 32<<10)
+			bustest.PublishFrame(t, prod, "frames", map[string]int{"i": i}, data)
+			m := bustest.NextMessage(t, ctx, sub)
 			if i == frames-1 { // never viewed
 				m.Close()
 				break
 			}
-			if !bytes.Equal(viewFrame(t, ctx, m), data) {
+			if !bytes.Equal(bustest.ViewFrame(t, ctx, m), data) {
 				t.Fatalf("frame %d: other bytes", i)
 			}
 		}
 		st := cons.Stats()
 		viewed := uint64(frames - 1)
-		if h.mode.String() == "pool" {
+		if h.Mode().String() == "pool" {
 			// Every View after a slot's first is a slice of its mapping.
 			// The others were opened ahead, and so perhaps was the unviewed
 			// last one.
@@ -153,6 +142,6 @@ func TestOpenAheadServesViews(t *testing.T) {
 			t.Fatalf("files: %d views served ahead (want %d), %d artifact.open (want %d)", st.OpenedAhead, viewed, st.ArtifactOpens, frames)
 		}
 		sub.Close()
-		waitFor(t, "everything released", settled(h))
+		bustest.WaitFor(t, "everything released", h.Settled)
 	})
 }

@@ -1,4 +1,4 @@
-package router_test
+package client_test
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/internal/bustest"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -19,7 +20,7 @@ import (
 // waiting.
 func fill(t *testing.T, c *client.Client, data []byte) *client.ArtifactWriter {
 	t.Helper()
-	w, err := c.Allocate(ctxT(t), int64(len(data)), "image/x-rgba")
+	w, err := c.Allocate(bustest.Ctx(t), int64(len(data)), "image/x-rgba")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,11 +34,11 @@ func fill(t *testing.T, c *client.Client, data []byte) *client.ArtifactWriter {
 // bytes and reference.
 func readMessage(t *testing.T, sub *client.Subscription) ([]byte, wire.ArtifactRef) {
 	t.Helper()
-	m := nextMessage(t, ctxT(t), sub)
+	m := bustest.NextMessage(t, bustest.Ctx(t), sub)
 	defer m.Close()
-	a := mustArtifact(t, m, "frame")
+	a := bustest.MustArtifact(t, m, "frame")
 	defer a.Close()
-	b, err := a.ReadAll(ctxT(t))
+	b, err := a.ReadAll(bustest.Ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,11 +47,11 @@ func readMessage(t *testing.T, sub *client.Subscription) ([]byte, wire.ArtifactR
 
 // frameTopic declares topic "frames" through a producer and subscribes a
 // consumer to it.
-func frameTopic(t *testing.T, h *harness) (*client.Client, *client.Subscription) {
+func frameTopic(t *testing.T, h *bustest.Harness) (*client.Client, *client.Subscription) {
 	t.Helper()
-	prod, cons := h.dial("producer"), h.dial("consumer")
-	mustDeclare(t, prod, "frames", wire.RetainNone)
-	sub := mustSubscribe(t, ctxT(t), cons, "frames", client.Bounded())
+	prod, cons := h.Dial("producer"), h.Dial("consumer")
+	bustest.MustDeclare(t, prod, "frames", wire.RetainNone)
+	sub := bustest.MustSubscribe(t, bustest.Ctx(t), cons, "frames", client.Bounded())
 	return prod, sub
 }
 
@@ -58,11 +59,11 @@ func frameTopic(t *testing.T, h *harness) (*client.Client, *client.Subscription)
 // bytes arrive, and a seal that fails (a digest that cannot match) takes
 // the publish with it.
 func TestSealNoWaitThenPublish(t *testing.T) {
-	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
+	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
+		ctx := bustest.Ctx(t)
 		prod, sub := frameTopic(t, h)
 		for i := range 6 {
-			data := frameBytes(byte(i), 64<<10)
+			data := bustest.FrameBytes(byte(i), 64<<10)
 			w := fill(t, prod, data)
 			var a *client.Artifact
 			var err error
@@ -75,13 +76,13 @@ func TestSealNoWaitThenPublish(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			before := h.r.Stats().Publications
+			before := h.Router().Stats().Publications
 			_, perr := prod.Publish(ctx, "frames", map[string]int{"i": i}, client.Attach("frame", a))
 			if i%3 == 2 {
 				if _, serr := a.Sealed(ctx); !errors.Is(perr, wire.ErrArtifactMismatch) || !errors.Is(serr, wire.ErrArtifactMismatch) {
 					t.Fatalf("frame %d: publish %v, seal %v", i, perr, serr)
 				}
-				if n := h.r.Stats().Publications; n != before {
+				if n := h.Router().Stats().Publications; n != before {
 					t.Fatalf("frame %d was published behind a failed seal", i)
 				}
 				a.Close()
@@ -97,7 +98,7 @@ func TestSealNoWaitThenPublish(t *testing.T) {
 			a.Close()
 		}
 		sub.Close()
-		waitFor(t, "everything released", settled(h))
+		bustest.WaitFor(t, "everything released", h.Settled)
 	})
 }
 
@@ -106,9 +107,9 @@ func TestSealNoWaitThenPublish(t *testing.T) {
 // process holds open: the router's lease is then refused and it seals by
 // copying. In a pooled store the copy lands in another slot, so the
 // reference the NoWait seal expected is not the sealed one.
-func writableDescriptor(t *testing.T, h *harness) *os.File {
+func writableDescriptor(t *testing.T, h *bustest.Harness) *os.File {
 	t.Helper()
-	dir := h.r.StoreDir()
+	dir := h.Router().StoreDir()
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
@@ -153,13 +154,13 @@ func writableDescriptor(t *testing.T, h *harness) *os.File {
 // expected one is refused, and the SDK sends it again with the sealed
 // reference. Either way the frame is published once, with its bytes.
 func TestSealNoWaitAfterACopySeal(t *testing.T) {
-	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
+	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
+		ctx := bustest.Ctx(t)
 		prod, sub := frameTopic(t, h)
-		data := frameBytes(9, 64<<10)
+		data := bustest.FrameBytes(9, 64<<10)
 		w := fill(t, prod, data)
 		kept := writableDescriptor(t, h)
-		before := h.r.Stats()
+		before := h.Router().Stats()
 		a, err := w.Seal(ctx, client.NoWait())
 		if err != nil {
 			t.Fatal(err)
@@ -169,7 +170,7 @@ func TestSealNoWaitAfterACopySeal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		after := h.r.Stats()
+		after := h.Router().Stats()
 		if after.CopySeals != before.CopySeals+1 || after.Publications != before.Publications+1 || rec.TopicSequence != 1 {
 			t.Fatalf("copy seals %d->%d, publications %d->%d, sequence %d", before.CopySeals, after.CopySeals,
 				before.Publications, after.Publications, rec.TopicSequence)
@@ -186,11 +187,11 @@ func TestSealNoWaitAfterACopySeal(t *testing.T) {
 // caller's frame and answers with a frame of its own, each sealed on the
 // way.
 func TestSealNoWaitThenCallAndReply(t *testing.T) {
-	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		caller, agent := h.dial("caller"), h.dial("agent")
-		svc := mustRegister(t, ctx, agent, "agent.echo")
-		in, out := frameBytes(1, 32<<10), frameBytes(2, 32<<10)
+	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
+		ctx := bustest.Ctx(t)
+		caller, agent := h.Dial("caller"), h.Dial("agent")
+		svc := bustest.MustRegister(t, ctx, agent, "agent.echo")
+		in, out := bustest.FrameBytes(1, 32<<10), bustest.FrameBytes(2, 32<<10)
 		done := make(chan error, 1)
 		go func() {
 			req, err := svc.Next(ctx)
@@ -234,13 +235,13 @@ func TestSealNoWaitThenCallAndReply(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-		ra := mustArtifact(t, res, "frame")
+		ra := bustest.MustArtifact(t, res, "frame")
 		b, err := ra.ReadAll(ctx)
 		if err != nil || !bytes.Equal(b, out) {
 			t.Fatalf("result frame: %d bytes, %v", len(b), err)
 		}
 		ra.Close()
 		res.Close()
-		waitFor(t, "everything released", settled(h))
+		bustest.WaitFor(t, "everything released", h.Settled)
 	})
 }

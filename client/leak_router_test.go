@@ -1,4 +1,4 @@
-package router_test
+package client_test
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/internal/bustest"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -32,31 +33,31 @@ func collectLeaks(t *testing.T, c *client.Client, n uint64) {
 //
 //go:noinline
 func dropMessage(t *testing.T, s *client.Subscription) uint64 {
-	m := nextMessage(t, ctxT(t), s)
+	m := bustest.NextMessage(t, bustest.Ctx(t), s)
 	return m.TopicSequence
 }
 
 //go:noinline
 func dropRequest(t *testing.T, svc *client.Service) {
-	if _, err := svc.Next(ctxT(t)); err != nil {
+	if _, err := svc.Next(bustest.Ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // A Message garbage-collected unclosed gives its credit back, and is counted.
 func TestForgottenMessageReturnsItsCredit(t *testing.T) {
-	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		prod := h.dial("producer")
+	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
+		ctx := bustest.Ctx(t)
+		prod := h.Dial("producer")
 		var log syncBuffer
-		cons, err := client.Connect(ctx, h.conn(""), client.Config{ClientID: "consumer", StoreRoot: h.root,
+		cons, err := client.Connect(ctx, h.Conn(""), client.Config{ClientID: "consumer", StoreRoot: h.Root(),
 			Logger: slog.New(slog.NewTextHandler(&log, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer cons.Close()
-		mustDeclare(t, prod, "ticks", wire.RetainNone)
-		s := mustSubscribe(t, ctx, cons, "ticks", client.Bounded(), client.InFlight(1))
+		bustest.MustDeclare(t, prod, "ticks", wire.RetainNone)
+		s := bustest.MustSubscribe(t, ctx, cons, "ticks", client.Bounded(), client.InFlight(1))
 		for range 2 {
 			if _, err := prod.Publish(ctx, "ticks", nil); err != nil {
 				t.Fatal(err)
@@ -70,34 +71,34 @@ func TestForgottenMessageReturnsItsCredit(t *testing.T) {
 			t.Fatalf("no log line names the leaked handle: %q", log.String())
 		}
 		// The credit came back: the second message is delivered.
-		m := nextMessage(t, ctx, s)
+		m := bustest.NextMessage(t, ctx, s)
 		if m.TopicSequence != 2 {
 			t.Fatalf("second message has sequence %d", m.TopicSequence)
 		}
 		m.Close()
-		waitFor(t, "nothing in flight", func() bool { return h.r.Stats().Owners == 0 })
+		bustest.WaitFor(t, "nothing in flight", func() bool { return h.Router().Stats().Owners == 0 })
 	})
 }
 
 // A Request garbage-collected unclosed consumes its delivery (the service's
 // credit returns) and gives up the reply: the caller sees CALL_GONE.
 func TestForgottenRequestReturnsItsCredit(t *testing.T) {
-	forEachTransport(t, open(), func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		srv, caller, svc := h.serviceAndCaller("server", "svc", client.InFlight(1))
-		p1 := mustCall(t, ctx, caller, "svc", 0, "M", nil)
-		p2 := mustCall(t, ctx, caller, "svc", 0, "M", nil)
+	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
+		ctx := bustest.Ctx(t)
+		srv, caller, svc := h.ServiceAndCaller("server", "svc", client.InFlight(1))
+		p1 := bustest.MustCall(t, ctx, caller, "svc", 0, "M", nil)
+		p2 := bustest.MustCall(t, ctx, caller, "svc", 0, "M", nil)
 		dropRequest(t, svc)
 		collectLeaks(t, srv, 1)
-		if _, err := p1.Result(ctx); code(t, err) != wire.ErrCallGone {
+		if _, err := p1.Result(ctx); bustest.Code(t, err) != wire.ErrCallGone {
 			t.Fatalf("forgotten request's call: %v, want CALL_GONE", err)
 		}
-		req := nextRequest(t, ctx, svc)
+		req := bustest.NextRequest(t, ctx, svc)
 		if _, err := req.Reply(ctx, nil); err != nil {
 			t.Fatal(err)
 		}
 		req.Close()
-		res := mustResult(t, ctx, p2)
+		res := bustest.MustResult(t, ctx, p2)
 		res.Close()
 		p1.Close()
 		p2.Close()
