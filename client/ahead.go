@@ -26,12 +26,12 @@ type aheadKey struct {
 	ct string
 }
 
-// prepared is one allocation asked for ahead: answered once done closes.
+// prepared is one allocation asked for ahead: the reply is decoded into
+// ok, then out is set under ahead.mu.
 type prepared struct {
-	done      chan struct{}
 	ok        wire.AllocateOK
-	err       error
-	settled   bool // guarded by ahead.mu: answered (done may not be closed yet)
+	out       oneShot[wire.AllocateOK]
+	settled   bool // guarded by ahead.mu: out is set
 	abandoned bool // guarded by ahead.mu: released once answered
 }
 
@@ -102,7 +102,7 @@ func (c *Client) prepare(k aheadKey) {
 		evicted = a.ready[old]
 		delete(a.ready, old)
 	}
-	p := &prepared{done: make(chan struct{})}
+	p := &prepared{out: oneShot[wire.AllocateOK]{done: make(chan struct{})}}
 	a.ready[k] = p
 	a.mu.Unlock()
 	if evicted != nil {
@@ -110,9 +110,7 @@ func (c *Client) prepare(k aheadKey) {
 	}
 	err := c.post(request{op: wire.OpArtifactAllocate, body: &wire.Allocate{ByteLength: uint64(k.n), ContentType: k.ct},
 		reply: &p.ok, complete: func(err error) {
-			abandoned := a.settle(p, err)
-			close(p.done)
-			if abandoned && err == nil {
+			if abandoned := a.settle(p, err); abandoned && err == nil {
 				c.releasePrepared(p)
 			}
 		}}, false)
@@ -132,14 +130,15 @@ func (c *Client) prepare(k aheadKey) {
 func (a *ahead) settle(p *prepared, err error) (abandoned bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	p.err, p.settled = err, true
+	p.out.set(p.ok, err)
+	p.settled = true
 	return p.abandoned
 }
 
 // abandonPrepared gives back a prepared allocation nobody will take: now
 // if it was answered, else when its answer arrives. Answered is decided
-// under the lock the answer is recorded under, never by done, which closes
-// just after: between the two, neither side would release it.
+// under the lock the answer is recorded under, so exactly one side
+// releases it.
 func (c *Client) abandonPrepared(p *prepared) {
 	c.ahead.mu.Lock()
 	if !p.settled {
@@ -147,7 +146,7 @@ func (c *Client) abandonPrepared(p *prepared) {
 		c.ahead.mu.Unlock()
 		return
 	}
-	err := p.err
+	err := p.out.err
 	c.ahead.mu.Unlock()
 	if err == nil {
 		c.releasePrepared(p)
@@ -191,17 +190,16 @@ func (c *Client) allocateAhead(ctx context.Context, k aheadKey) (wire.AllocateOK
 	if p == nil {
 		return wire.AllocateOK{}, false, nil
 	}
-	select {
-	case <-p.done:
-	case <-ctx.Done():
+	ok, err := p.out.wait(ctx)
+	if _, _, answered := p.out.get(); !answered {
 		c.abandonPrepared(p)
-		return wire.AllocateOK{}, false, ctx.Err()
+		return wire.AllocateOK{}, false, err // ctx ended first
 	}
-	if p.err != nil {
+	if err != nil {
 		// Refused ahead (the store was full, say): the caller's own
 		// round trip reports what holds now.
 		return wire.AllocateOK{}, false, nil
 	}
 	c.ahead.served.Add(1)
-	return p.ok, true, nil
+	return ok, true, nil
 }

@@ -50,11 +50,11 @@ func TestCloseRacingAnOutcomeGivesItBackOnce(t *testing.T) {
 		t.Run("Prepared/"+m.name, func(t *testing.T) {
 			a := &c.ahead
 			before := a.released.Load()
-			p := &prepared{done: make(chan struct{}), ok: wire.AllocateOK{Allocation: wire.Allocation{ArtifactID: 1, Generation: 1, OwnerID: wire.HoldOwner(9)}}}
+			p := &prepared{out: oneShot[wire.AllocateOK]{done: make(chan struct{})},
+				ok: wire.AllocateOK{Allocation: wire.Allocation{ArtifactID: 1, Generation: 1, OwnerID: wire.HoldOwner(9)}}}
 			abandoned := false
 			settle := func() { abandoned = a.settle(p, nil) }
-			done := func() {
-				close(p.done)
+			done := func() { // what the reader does after settling
 				if abandoned {
 					c.releasePrepared(p)
 				}
