@@ -11,6 +11,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/flybus/flybus/wire"
@@ -252,6 +253,9 @@ func Connect(ctx context.Context, nc net.Conn, cfg Config) (*Client, error) {
 func ConnectUnix(ctx context.Context, path string, cfg Config) (*Client, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unix", path)
+	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+		return nil, fmt.Errorf("flybus: no router is listening on %s (is flybus serve running, with --listen %s?): %w", path, path, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -458,13 +462,13 @@ func (c *Client) queue(r request, w *waiter, control bool) error {
 		if err == nil {
 			err = ErrClosed
 		}
-		return lostError(err)
+		return notSent(err)
 	}
 	if control {
 		if len(c.control)+len(c.consumes) >= c.cfg.ControlLaneCapacity {
 			c.mu.Unlock()
 			c.fail(errControlOverflow)
-			return lostError(errControlOverflow)
+			return notSent(errControlOverflow)
 		}
 		c.control = append(c.control, it)
 		c.mu.Unlock()

@@ -2,6 +2,7 @@ package client
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/flybus/flybus/wire"
 )
@@ -75,4 +76,19 @@ func lostError(err error) error {
 	}
 	return &wire.BusError{Code: wire.ErrRouterLost, Dispatch: wire.DispatchUnknown,
 		Message: "the connection to the router was lost: " + err.Error()}
+}
+
+// notSent is lostError for a command the connection had already lost
+// before it was written: it cannot have reached its target, and says so.
+func notSent(err error) error {
+	e := lostError(err)
+	var be *wire.BusError
+	if !errors.As(e, &be) {
+		return e
+	}
+	msg := be.Message
+	if !strings.HasSuffix(msg, "; not sent") {
+		msg += "; not sent"
+	}
+	return &wire.BusError{Code: be.Code, Dispatch: wire.NotDispatched, Message: msg}
 }

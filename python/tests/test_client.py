@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 import socket
 import tempfile
 import threading
@@ -170,11 +171,32 @@ class ShutdownTest(unittest.TestCase):
             with self.assertRaises(flybus.SubscriptionClosed) as cm:
                 s.next(timeout=10)
             self.assertEqual(cm.exception.reason, "router-shutdown")
-            with self.assertRaises(flybus.RouterLost):
+            # Made after the loss, the publish was never sent: not
+            # dispatched, and it does not say it may have reached anyone.
+            with self.assertRaises(flybus.RouterLost) as lost:
                 c.publish("py.down", {})
+            self.assertEqual(lost.exception.dispatch, "not-dispatched")
+            self.assertNotIn("unknown", str(lost.exception))
             c.close()
         finally:
             r.stop()
+
+    def test_no_router_listening_names_the_socket(self):
+        d = tempfile.mkdtemp(prefix="flybus-py-none-")
+        try:
+            missing = os.path.join(d, "none.sock")
+            stale = os.path.join(d, "stale.sock")
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.bind(stale)  # a socket file nobody listens on
+            s.close()
+            for path in (missing, stale):
+                with self.assertRaises(flybus.NoRouter) as cm:
+                    flybus.connect(path, client_id="py-none")
+                self.assertIn("no router is listening on " + path, str(cm.exception))
+                self.assertIn("flybus serve", str(cm.exception))
+                self.assertIsInstance(cm.exception, ConnectionError)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 class FakeRouterTest(unittest.TestCase):

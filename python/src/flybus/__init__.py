@@ -15,8 +15,8 @@ from ._contract import CONTRACT, CONTRACT_DIGEST
 from .artifacts import Artifact, ArtifactWriter, DigestMismatch, NoDigest, View
 from .client import Client, Message, PendingCall, Receipt, Request, Responder, Result, Service, Subscription, connect
 from .errors import *  # noqa: F401,F403 (one class per error code)
-from .errors import BusError, ClosedError, FlybusError, ProtocolError, SubscriptionClosed, WireError
+from .errors import BusError, ClosedError, FlybusError, NoRouter, ProtocolError, SubscriptionClosed, WireError
 
 __all__ = ["connect", "Client", "Message", "PendingCall", "Receipt", "Request", "Responder", "Result", "Service",
            "Subscription", "Artifact", "ArtifactWriter", "View", "DigestMismatch", "NoDigest",
-           "BusError", "ClosedError", "FlybusError", "ProtocolError", "SubscriptionClosed", "WireError", "CONTRACT", "CONTRACT_DIGEST"]
+           "BusError", "ClosedError", "FlybusError", "NoRouter", "ProtocolError", "SubscriptionClosed", "WireError", "CONTRACT", "CONTRACT_DIGEST"]

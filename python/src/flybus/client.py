@@ -19,7 +19,7 @@ import threading
 from . import _handles, _slots, _wire
 from .artifacts import Artifact, ArtifactWriter, Closing, Owning, _Guard
 from ._contract import CONTRACT_DIGEST
-from .errors import BusError, ClosedError, FlybusError, ProtocolError, SubscriptionClosed
+from .errors import BusError, ClosedError, FlybusError, NoRouter, ProtocolError, SubscriptionClosed
 
 _log = logging.getLogger("flybus")
 
@@ -95,6 +95,9 @@ def connect(path, client_id, store_root=None, client_incarnation=None, timeout=_
         sock.settimeout(timeout)
         sock.connect(path)
         sock.settimeout(None)
+    except (FileNotFoundError, ConnectionRefusedError) as e:
+        sock.close()
+        raise NoRouter(f"no router is listening on {path} (is flybus serve running, with --listen {path}?): {e}") from e
     except BaseException:
         sock.close()
         raise
@@ -229,12 +232,17 @@ class Client(Closing):
     def _command_frame(self, op, body, waiter, register=True, attachments=()):
         with self._lock:
             if self._lost is not None:
-                raise self._lost
+                raise self._not_sent()
             self._next_msg += 1
             n = self._next_msg
             if register:
                 self._waiters[n] = waiter
         return _wire.command(n, op, body, attachments)
+
+    def _not_sent(self):
+        """The loss, for a command made after it (called under _lock)."""
+        lost = self._lost
+        return lost.not_sent() if isinstance(lost, BusError) else lost
 
     def _write(self, data):
         with self._wlock:
@@ -532,7 +540,7 @@ class Client(Closing):
         with self._wlock:
             with self._lock:
                 if self._lost is not None:
-                    raise self._lost
+                    raise self._not_sent()
                 self._next_call += 1
                 p.id = body["callId"] = f"call-{self._next_call}"
                 self._calls[p.id] = p

@@ -23,6 +23,11 @@ class SubscriptionClosed(ClosedError):
     reason = ""
 
 
+class NoRouter(FlybusError, ConnectionError):
+    """Nothing listens on the socket connect was given: the router may not
+    be running, or listens elsewhere."""
+
+
 class ProtocolError(FlybusError):
     """The router sent something the contract forbids; the client closed."""
 
@@ -35,6 +40,12 @@ class BusError(FlybusError):
     def __init__(self, code, message, dispatch="not-dispatched"):
         super().__init__(f"{code}: {message}" + (f" ({dispatch})" if dispatch != "not-dispatched" else ""))
         self.code, self.message, self.dispatch = code, message, dispatch
+
+    def not_sent(self):
+        """This loss as seen by a command made after it: never sent, so it
+        cannot have reached its target."""
+        msg = self.message if self.message.endswith("; not sent") else self.message + "; not sent"
+        return BusError.of(self.code, msg, "not-dispatched")
 
     @staticmethod
     def of(code, message, dispatch="not-dispatched"):
@@ -52,4 +63,4 @@ for _code in SCHEMA.errors:
     _BY_CODE[_code] = _cls
     globals()[_cls.__name__] = _cls
 
-__all__ = ["FlybusError", "ClosedError", "SubscriptionClosed", "ProtocolError", "BusError", "WireError"] + [c.__name__ for c in _BY_CODE.values()]
+__all__ = ["FlybusError", "ClosedError", "SubscriptionClosed", "NoRouter", "ProtocolError", "BusError", "WireError"] + [c.__name__ for c in _BY_CODE.values()]
