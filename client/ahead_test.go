@@ -53,7 +53,7 @@ func TestAllocateAheadServesRepeatedSizes(t *testing.T) {
 		if st := prod.Stats(); st.PreparedReleased != 1 || st.PreparedWriters != 0 || st.ControlErrors != 0 {
 			t.Fatalf("after Close: released %d, prepared %d, control errors %d", st.PreparedReleased, st.PreparedWriters, st.ControlErrors)
 		}
-		bustest.WaitFor(t, "everything released", h.Settled)
+		h.Await("everything released", bustest.Drained)
 	})
 }
 
@@ -101,7 +101,7 @@ func TestAllocateAheadPreparesAfterTheFrameAndEvicts(t *testing.T) {
 		if err := prod.Close(); err != nil {
 			t.Fatal(err)
 		}
-		bustest.WaitFor(t, "everything released", h.Settled)
+		h.Await("everything released", bustest.Drained)
 	})
 }
 
@@ -142,6 +142,6 @@ func TestOpenAheadServesViews(t *testing.T) {
 			t.Fatalf("files: %d views served ahead (want %d), %d artifact.open (want %d)", st.OpenedAhead, viewed, st.ArtifactOpens, frames)
 		}
 		sub.Close()
-		bustest.WaitFor(t, "everything released", h.Settled)
+		h.Await("everything released", bustest.Drained)
 	})
 }

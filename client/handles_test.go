@@ -132,7 +132,7 @@ func TestHandlesRefuseUseAfterTheirOwnClose(t *testing.T) {
 		if _, ok := s.TryNext(); ok {
 			t.Fatal("TryNext after Close returned a message")
 		}
-		bustest.WaitFor(t, "everything released", h.Settled)
+		h.Await("everything released", bustest.Drained)
 	})
 }
 
@@ -181,7 +181,7 @@ func TestRPCHandlesRefuseUseAfterTheirOwnClose(t *testing.T) {
 		svc.Close()
 		_, err = svc.Next(ctx)
 		isClosedHandle(t, "Service.Next", err)
-		bustest.WaitFor(t, "everything released", h.Settled)
+		h.Await("everything released", bustest.Drained)
 	})
 }
 
@@ -355,7 +355,7 @@ func TestOneArtifactKeepsTheDelivery(t *testing.T) {
 			t.Fatalf("the delivery was released with one artifact kept: %+v", st)
 		}
 		kept.Close()
-		bustest.WaitFor(t, "both collected", h.Settled)
+		h.Await("both collected", bustest.Drained)
 		if n := h.SealedFiles(t); n != 0 {
 			t.Fatalf("%d sealed files left", n)
 		}
@@ -441,6 +441,6 @@ func TestClientControlLaneOverflowCloses(t *testing.T) {
 		if err := <-held; bustest.Code(t, err) != wire.ErrRouterLost {
 			t.Fatalf("the held command: %v", err)
 		}
-		bustest.WaitFor(t, "the router to release the connection's owners", h.Settled)
+		h.Await("the router to release the connection's owners", bustest.Drained)
 	})
 }

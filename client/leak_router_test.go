@@ -11,6 +11,7 @@ import (
 
 	"github.com/flybus/flybus/client"
 	"github.com/flybus/flybus/internal/bustest"
+	"github.com/flybus/flybus/router"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -76,7 +77,7 @@ func TestForgottenMessageReturnsItsCredit(t *testing.T) {
 			t.Fatalf("second message has sequence %d", m.TopicSequence)
 		}
 		m.Close()
-		bustest.WaitFor(t, "nothing in flight", func() bool { return h.Router().Stats().Owners == 0 })
+		h.Await("nothing in flight", func(s router.Stats) bool { return s.Owners == 0 })
 	})
 }
 

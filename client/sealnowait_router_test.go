@@ -98,7 +98,7 @@ func TestSealNoWaitThenPublish(t *testing.T) {
 			a.Close()
 		}
 		sub.Close()
-		bustest.WaitFor(t, "everything released", h.Settled)
+		h.Await("everything released", bustest.Drained)
 	})
 }
 
@@ -242,6 +242,6 @@ func TestSealNoWaitThenCallAndReply(t *testing.T) {
 		}
 		ra.Close()
 		res.Close()
-		bustest.WaitFor(t, "everything released", h.Settled)
+		h.Await("everything released", bustest.Drained)
 	})
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/flybus/flybus/client"
 	"github.com/flybus/flybus/internal/bustest"
+	"github.com/flybus/flybus/router"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -111,7 +112,7 @@ func TestServeClosesEachRequestAfterItsHandler(t *testing.T) {
 		if err := await(t, ctx, served, "Serve to return"); err != nil {
 			t.Fatalf("Serve after the service's Close: %v, want nil", err)
 		}
-		bustest.WaitFor(t, "the router to hold no call", func() bool { return h.Router().Stats().Calls == 0 })
+		h.Await("the router to hold no call", func(s router.Stats) bool { return s.Calls == 0 })
 	})
 }
 

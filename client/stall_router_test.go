@@ -11,6 +11,7 @@ import (
 
 	"github.com/flybus/flybus/client"
 	"github.com/flybus/flybus/internal/bustest"
+	"github.com/flybus/flybus/router"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -215,7 +216,7 @@ func TestStalledSubscriptionIsReported(t *testing.T) {
 			t.Fatalf("unexpected log record %q", r.Message)
 		default:
 		}
-		bustest.WaitFor(t, "everything released", h.Settled)
+		h.Await("everything released", bustest.Drained)
 	})
 }
 
@@ -252,7 +253,7 @@ func TestConsumingSubscriberIsNeverReported(t *testing.T) {
 		if extra := logs.pending(); len(extra) != 0 {
 			t.Fatalf("stall warning %q for a subscriber that closes everything", extra[0].Message)
 		}
-		bustest.WaitFor(t, "everything released", h.Settled)
+		h.Await("everything released", bustest.Drained)
 	})
 }
 
@@ -279,7 +280,7 @@ func TestLeakLogNamesTheSiteWhenTracking(t *testing.T) {
 		}
 		m := bustest.NextMessage(t, ctx, s) // the credit came back
 		m.Close()
-		bustest.WaitFor(t, "nothing in flight", func() bool { return h.Router().Stats().Owners == 0 })
+		h.Await("nothing in flight", func(s router.Stats) bool { return s.Owners == 0 })
 	})
 }
 

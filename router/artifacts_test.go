@@ -10,8 +10,10 @@ import (
 	"testing"
 
 	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/internal/bustest"
 	"github.com/flybus/flybus/internal/shmtest"
 	"github.com/flybus/flybus/mmap"
+	"github.com/flybus/flybus/router"
 	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
 )
@@ -61,7 +63,7 @@ func TestAllocateWriteSealRead(t *testing.T) {
 			t.Fatalf("collected while a view was open: %+v", s)
 		}
 		v.Close()
-		waitFor(t, "collection", settled(h))
+		settle(t, h, "collection", bustest.Drained)
 		if sealedFiles(t, h) != 0 {
 			t.Fatal("the sealed file was not unlinked")
 		}
@@ -107,7 +109,7 @@ func TestSealChecksDigestAndAbandonCleansUp(t *testing.T) {
 			t.Fatalf("wrong digest: %v", err)
 		}
 		mustAllocate(t, ctx, c, 4096, "application/octet-stream").Close() // abandoned unsealed
-		waitFor(t, "abandoned artifacts collected", settled(h))
+		settle(t, h, "abandoned artifacts collected", bustest.Drained)
 		if s := h.r.Stats(); s.StoreFiles != 0 {
 			t.Fatalf("files left: %+v", s)
 		}
@@ -133,7 +135,7 @@ func TestArtifactQuotas(t *testing.T) {
 		}
 		a.Close()
 		b.Close()
-		waitFor(t, "everything released", settled(h))
+		settle(t, h, "everything released", bustest.Drained)
 	})
 }
 
@@ -158,7 +160,7 @@ func TestFanOutSharesOneFile(t *testing.T) {
 			t.Fatalf("%d sealed files for one frame fanned out to three", n)
 		}
 		// The producer's release is asynchronous; then one root per delivery.
-		waitFor(t, "three roots", func() bool { return h.r.Stats().ArtifactRoots == 3 })
+		settle(t, h, "three roots", func(s router.Stats) bool { return s.ArtifactRoots == 3 })
 		for i, m := range msgs {
 			if !bytes.Equal(viewFrame(t, ctx, m), data) {
 				t.Fatalf("consumer %d read different bytes", i)
@@ -167,7 +169,7 @@ func TestFanOutSharesOneFile(t *testing.T) {
 				t.Fatal("collected before the last consumer")
 			}
 		}
-		waitFor(t, "the last consumer to collect it", settled(h))
+		settle(t, h, "the last consumer to collect it", bustest.Drained)
 		if sealedFiles(t, h) != 0 {
 			t.Fatal("file left after the last consumer")
 		}
@@ -192,7 +194,7 @@ func TestExtractedArtifactOutlivesItsMessage(t *testing.T) {
 		v := mustMap(t, ctx, img)
 		img.Close() // the view still holds it
 		barrier(t, cons)
-		waitFor(t, "the producer's hold to go", func() bool { return h.r.Stats().ArtifactRoots == 1 })
+		settle(t, h, "the producer's hold to go", func(s router.Stats) bool { return s.ArtifactRoots == 1 })
 		if st := h.r.Stats(); st.Owners != 1 || st.Artifacts != 1 {
 			t.Fatalf("released too early: %+v", st)
 		}
@@ -200,7 +202,7 @@ func TestExtractedArtifactOutlivesItsMessage(t *testing.T) {
 			t.Fatal("view bytes differ")
 		}
 		v.Close()
-		waitFor(t, "the delivery consumed", settled(h))
+		settle(t, h, "the delivery consumed", bustest.Drained)
 	})
 }
 
@@ -227,7 +229,7 @@ func TestForwardBeforeRelease(t *testing.T) {
 		}
 		req.Close()
 		mustResult(t, ctx, p).Close()
-		waitFor(t, "everything released", settled(h))
+		settle(t, h, "everything released", bustest.Drained)
 	})
 }
 
@@ -265,7 +267,7 @@ func TestEndpointCacheReplaysArtifactResults(t *testing.T) {
 		img.Close()
 		res.Close()
 		cache.Close() // eviction
-		waitFor(t, "everything released", settled(h))
+		settle(t, h, "everything released", bustest.Drained)
 	})
 }
 
@@ -302,7 +304,7 @@ func TestReleaseWatermarksAndConnectionScopedOwners(t *testing.T) {
 			t.Fatalf("repeat release: %v %d", be, rel.Released)
 		}
 		art.Close()
-		waitFor(t, "everything released", settled(h))
+		settle(t, h, "everything released", bustest.Drained)
 	})
 }
 
@@ -448,7 +450,7 @@ func TestDisconnectReleasesOwnershipWithoutTouchingMappedBytes(t *testing.T) {
 		img := mustArtifact(t, m, "frame")
 		v := mustMap(t, ctx, img)
 		cons.Close() // the connection goes with the view still mapped
-		waitFor(t, "the router to collect", settled(h))
+		settle(t, h, "the router to collect", bustest.Drained)
 		if sealedFiles(t, h) != 0 {
 			t.Fatal("file not unlinked after the last logical owner left")
 		}
@@ -539,6 +541,6 @@ func TestMismatchedRefIsRefused(t *testing.T) {
 		if be := r.reply(&rel); be != nil || rel.Released != 1 {
 			t.Fatalf("release: %v %d", be, rel.Released)
 		}
-		waitFor(t, "everything released", settled(h))
+		settle(t, h, "everything released", bustest.Drained)
 	})
 }

@@ -86,9 +86,6 @@ func (h *harness) serviceAndCaller(svcID, name string, opts ...client.ServiceOpt
 	return h.ServiceAndCaller(svcID, name, opts...)
 }
 
-// settled is h.Settled, a condition for waitFor.
-func settled(h *harness) func() bool { return h.Settled }
-
 func sealedFiles(t *testing.T, h *harness) int { t.Helper(); return h.SealedFiles(t) }
 
 func sealedPaths(t *testing.T, h *harness) []string { t.Helper(); return h.SealedPaths(t) }

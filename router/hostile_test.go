@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/internal/bustest"
 	"github.com/flybus/flybus/internal/wiretest"
 	"github.com/flybus/flybus/router"
 	"github.com/flybus/flybus/wire"
@@ -318,7 +319,7 @@ func TestSealOfReplacedStagingFileFails(t *testing.T) {
 				if be := r.reply(&wire.SealOK{}); be == nil || be.Code != wire.ErrStoreFailure {
 					t.Fatalf("seal of a replaced staging file: %v, want STORE_FAILURE", be)
 				}
-				waitFor(t, "nothing left", settled(h))
+				settle(t, h, "nothing left", bustest.Drained)
 				if s := h.r.Stats(); s.Seals != 0 || s.SealedArtifacts != 0 || s.StoreFiles != 0 {
 					t.Fatalf("published: %+v", s)
 				}
@@ -339,7 +340,7 @@ func TestSealOfReplacedStagingFileFails(t *testing.T) {
 				rawOK(t, r, wire.OpArtifactSeal, &wire.Seal{Allocation: wire.Allocation{ArtifactID: alloc.ArtifactID, Generation: 1, OwnerID: alloc.OwnerID}}, &ok)
 				r.command(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{ok.OwnerID}})
 				r.reply(&wire.Released{})
-				waitFor(t, "the honest artifact collected", settled(h))
+				settle(t, h, "the honest artifact collected", bustest.Drained)
 			})
 		})
 	}

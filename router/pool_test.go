@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/internal/bustest"
 	"github.com/flybus/flybus/router"
 	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
@@ -40,7 +41,7 @@ func TestPoolStaleGenerationIsGone(t *testing.T) {
 		r.hello("stale")
 		first := rawSealed(t, h, r, 4096, 1)
 		rawOK(t, r, wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{first.OwnerID}}, &wire.Released{})
-		waitFor(t, "the first generation to be collected", func() bool { return h.r.Stats().FreeSlots == 1 })
+		settle(t, h, "the first generation to be collected", func(s router.Stats) bool { return s.FreeSlots == 1 })
 		second := rawSealed(t, h, r, 4096, 2)
 		if second.Ref.ArtifactID != first.Ref.ArtifactID || second.Ref.Generation != 2 {
 			t.Fatalf("second artifact %+v, want generation 2 of %s", second.Ref, first.Ref.ArtifactID)
@@ -125,12 +126,12 @@ func TestPoolViewsUseOneMappingPerSlot(t *testing.T) {
 			img.Close()
 			// Each frame is collected before the next is allocated, so the
 			// schedule needs one slot; the first frame made it.
-			waitFor(t, "the frame to be collected", settled(h))
+			settle(t, h, "the frame to be collected", bustest.Drained)
 			if i == 0 {
 				base = h.r.Stats()
 			}
 		}
-		waitFor(t, "every frame collected", settled(h))
+		settle(t, h, "every frame collected", bustest.Drained)
 		st := h.r.Stats()
 		if st.StoreOpens != base.StoreOpens || st.StoreFallocates != base.StoreFallocates || st.StoreUnlinks != base.StoreUnlinks {
 			t.Errorf("steady state: %d opens, %d fallocates, %d unlinks in the store over %d frames",

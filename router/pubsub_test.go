@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/internal/bustest"
+	"github.com/flybus/flybus/router"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -65,7 +67,7 @@ func TestTopicDeclarationRules(t *testing.T) {
 			t.Fatalf("delete with subscribers: %v", err)
 		}
 		sub.Close()
-		waitFor(t, "unsubscribe", func() bool { return h.r.Stats().Subscriptions == 0 })
+		settle(t, h, "unsubscribe", func(s router.Stats) bool { return s.Subscriptions == 0 })
 		if deleted, err := c.DeleteTopic(ctx, "session.demo.snapshots"); err != nil || !deleted {
 			t.Fatalf("delete: %v %v", deleted, err)
 		}
@@ -256,7 +258,7 @@ func TestCreditsReturnOnlyOnConsume(t *testing.T) {
 		a, _ := next(t, s)
 		b, _ := next(t, s)
 		// Written to the socket is not consumed: the third stays queued.
-		waitFor(t, "two queued", func() bool { return h.r.Stats().Queued == 2 })
+		settle(t, h, "two queued", func(s router.Stats) bool { return s.Queued == 2 })
 		if m, ok := s.TryNext(); ok {
 			t.Fatalf("third delivered before a credit returned: %+v", m)
 		}
@@ -269,7 +271,7 @@ func TestCreditsReturnOnlyOnConsume(t *testing.T) {
 		c.Close()
 		d, _ := next(t, s)
 		d.Close()
-		waitFor(t, "owners released", func() bool { return h.r.Stats().Owners == 0 })
+		settle(t, h, "owners released", func(s router.Stats) bool { return s.Owners == 0 })
 	})
 }
 
@@ -279,7 +281,7 @@ func TestUnsubscribeKeepsDeliveredMessages(t *testing.T) {
 		mustPublish(t, pub, "t", 1)
 		mustPublish(t, pub, "t", 2)
 		held, _ := next(t, s)
-		waitFor(t, "one queued", func() bool { return h.r.Stats().Queued == 1 })
+		settle(t, h, "one queued", func(s router.Stats) bool { return s.Queued == 1 })
 		s.Close()
 		waitFor(t, "queue discarded", func() bool { st := h.r.Stats(); return st.Subscriptions == 0 && st.Queued == 0 })
 		if st := h.r.Stats(); st.Owners != 1 {
@@ -290,7 +292,7 @@ func TestUnsubscribeKeepsDeliveredMessages(t *testing.T) {
 			t.Fatalf("delivered message after unsubscribe: %v %+v", err, v)
 		}
 		held.Close()
-		waitFor(t, "the root released", func() bool { return h.r.Stats().Owners == 0 })
+		settle(t, h, "the root released", func(s router.Stats) bool { return s.Owners == 0 })
 	})
 }
 
@@ -435,7 +437,7 @@ func TestClearKeepsDeliveredArtifacts(t *testing.T) {
 			t.Fatal("collected while a delivery still held it")
 		}
 		img.Close()
-		waitFor(t, "collection after the delivery closed", settled(h))
+		settle(t, h, "collection after the delivery closed", bustest.Drained)
 		if sealedFiles(t, h) != 0 {
 			t.Fatal("the sealed file was not unlinked")
 		}
@@ -469,7 +471,7 @@ func TestRetainedBytesAreCapped(t *testing.T) {
 		}
 		small.Close()
 		big.Close()
-		waitFor(t, "everything released", settled(h))
+		settle(t, h, "everything released", bustest.Drained)
 	})
 }
 
@@ -490,7 +492,7 @@ func TestTopicDeliveriesLeaveTheRPCReserve(t *testing.T) {
 			held = append(held, m)
 		}
 		// Four topic deliveries fill 6-2: the other two wait.
-		waitFor(t, "two waiting", func() bool { return h.r.Stats().Queued == 2 })
+		settle(t, h, "two waiting", func(s router.Stats) bool { return s.Queued == 2 })
 		if m, ok := s.TryNext(); ok {
 			t.Fatalf("delivered past the topic budget: %+v", m)
 		}
@@ -550,7 +552,7 @@ func TestBoundedReplayRespectsTheBytePool(t *testing.T) {
 		publish60KB("fill")
 		held := nextMessage(t, ctx, s1)
 		publish60KB("fill")
-		waitFor(t, "60 KB queued", func() bool { return h.r.Stats().QueuedBytes > 60_000 })
+		settle(t, h, "60 KB queued", func(s router.Stats) bool { return s.QueuedBytes > 60_000 })
 		if _, err := sub.Subscribe(ctx, "big", client.Bounded(), client.Replay()); code(t, err) != wire.ErrBackpressure {
 			t.Fatalf("replay over the byte pool: %v", err)
 		}

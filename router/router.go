@@ -72,6 +72,7 @@ type Router struct {
 	// a step wrote itself, a writer goroutine wrote, or a step left to the
 	// writer because the socket was full.
 	acceptRetries, directWrites, writerWrites, writerHandoffs atomic.Uint64
+	changes                                                   changes // for Await
 }
 
 // ErrClosed is returned by entry points after Shutdown.
@@ -340,6 +341,7 @@ func (r *Router) step(in input) (violation string, closing bool) {
 	for _, e := range effects {
 		r.runEffect(e)
 	}
+	r.changes.announce()
 	return violation, closing
 }
 

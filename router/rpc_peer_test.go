@@ -1,6 +1,7 @@
 package router_test
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"strings"
@@ -315,16 +316,10 @@ func (p *peer) quiet(op wire.Op) {
 // reports the last snapshot when it does not come.
 func settle(t *testing.T, h *harness, what string, cond func(s router.Stats) bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		s := h.r.Stats()
-		if cond(s) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; stats %+v", what, s)
-		}
-		time.Sleep(time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if s, err := h.r.Await(ctx, cond); err != nil {
+		t.Fatalf("timed out waiting for %s; stats %+v", what, s)
 	}
 }
 

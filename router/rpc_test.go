@@ -57,7 +57,7 @@ func TestHelloRefusals(t *testing.T) {
 			t.Fatalf("second live connection: %v", err)
 		}
 		a.Close()
-		waitFor(t, "agent-a to leave", func() bool { return h.r.Stats().Connections == 0 })
+		settle(t, h, "agent-a to leave", func(s router.Stats) bool { return s.Connections == 0 })
 		// The last incarnation is never reused; a fresh one is fine.
 		_, err = client.Connect(ctxT(t), h.conn("agent-a"), client.Config{ClientID: "agent-a", ClientIncarnation: "inc-1"})
 		if code(t, err) != wire.ErrNotAuthorized {
@@ -132,7 +132,7 @@ func TestRegistrationIsExclusiveAndPinned(t *testing.T) {
 		}
 		old := svc.Incarnation()
 		svc.Close()
-		waitFor(t, "unregister", func() bool { return h.r.Stats().Services == 0 })
+		settle(t, h, "unregister", func(s router.Stats) bool { return s.Services == 0 })
 		svc2 := mustRegister(t, ctx, b, "agent.fly-a")
 		if svc2.Incarnation() == old {
 			t.Fatal("a new registration reused the incarnation")
@@ -282,7 +282,7 @@ func TestCancelStates(t *testing.T) {
 		}
 		res.Close()
 		// Once its result is consumed the call is retired: call-gone.
-		waitFor(t, "result consumption", func() bool { return h.r.Stats().Calls == 0 })
+		settle(t, h, "result consumption", func(s router.Stats) bool { return s.Calls == 0 })
 		if st, err := done.Cancel(ctx); err != nil || st != wire.CallGoneState {
 			t.Fatalf("retired cancel: %v %v", st, err)
 		}

@@ -319,6 +319,7 @@ func (sh *shell) encode() (last bool) {
 // what the step returns is empty.
 func (sh *shell) pull() {
 	sh.frames = sh.r.core.step(input{kind: inPull, conn: sh.c, frames: sh.frames[:0]}).frames
+	sh.r.changes.announce() // what waited in the lanes is on its way
 	sh.pulledSince = sh.readySince
 	if len(sh.frames) < cap(sh.frames) {
 		// The lanes are empty: the next frames carry the stamp of the step

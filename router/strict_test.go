@@ -145,7 +145,7 @@ func TestMalformedFramesCloseTheConnection(t *testing.T) {
 				r := newRaw(t, h.conn(""))
 				r.sendBytes(frame)
 				r.expectClosed(wire.ErrInvalidEnvelope)
-				waitFor(t, "the connection to go", func() bool { return h.r.Stats().Connections == 0 })
+				settle(t, h, "the connection to go", func(s router.Stats) bool { return s.Connections == 0 })
 			})
 		})
 	}
@@ -237,7 +237,7 @@ func TestMaxClientsCountsPendingConnections(t *testing.T) {
 	forEachTransport(t, router.Config{Policy: router.OpenPolicy(), Limits: l}, func(t *testing.T, h *harness) {
 		newRaw(t, h.conn(""))
 		newRaw(t, h.conn(""))
-		waitFor(t, "two pending connections", func() bool { return h.r.Stats().PendingHello == 2 })
+		settle(t, h, "two pending connections", func(s router.Stats) bool { return s.PendingHello == 2 })
 		if !h.unix {
 			if _, err := h.r.ConnectInMemory(); code(t, err) != wire.ErrQuotaExceeded {
 				t.Fatalf("third in-memory connection: %v", err)
@@ -270,7 +270,7 @@ func TestControlLaneExhaustionCloses(t *testing.T) {
 				}
 			}
 		}()
-		waitFor(t, "the control overflow", func() bool { return h.r.Stats().ControlOverflows == 1 })
+		settle(t, h, "the control overflow", func(s router.Stats) bool { return s.ControlOverflows == 1 })
 		other := h.dial("other")
 		if other.Err() != nil {
 			t.Fatal(other.Err())

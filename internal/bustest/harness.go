@@ -271,14 +271,28 @@ func (h *Harness) ServiceAndCaller(svcID, name string, opts ...client.ServiceOpt
 	return svcClient, caller, MustRegister(h.t, Ctx(h.t), svcClient, name, opts...)
 }
 
-// Settled says whether the router holds nothing: no artifact, root, owner
-// or store byte, and no store file left to unlink. A condition for
-// WaitFor.
-func (h *Harness) Settled() bool {
-	s := h.r.Stats()
+// Settled says whether the router holds nothing now (Drained).
+func (h *Harness) Settled() bool { return Drained(h.r.Stats()) }
+
+// Drained says whether s shows a router holding nothing: no artifact,
+// root, owner or store byte, and no store file left to unlink. A
+// condition for Await.
+func Drained(s router.Stats) bool {
 	// StoreFiles falls only once a collected file's unlink has run,
 	// which is after the step that dropped its last root.
 	return s.Artifacts == 0 && s.ArtifactRoots == 0 && s.Owners == 0 && s.StoreBytes == 0 && s.StoreFiles == 0
+}
+
+// Await waits, on the router's own announcements of change (Router.Await),
+// until cond holds for its Stats; it fails the test after 10 s, saying
+// what it waited for.
+func (h *Harness) Await(what string, cond func(router.Stats) bool) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if s, err := h.r.Await(ctx, cond); err != nil {
+		h.t.Fatalf("timed out waiting for %s; stats %+v", what, s)
+	}
 }
 
 // SealedFiles counts sealed artifact files in the router's store directory
