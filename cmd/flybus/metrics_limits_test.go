@@ -105,18 +105,33 @@ func (c *rawConn) closedByServer() error {
 // the others stay usable.
 func TestMetricsConnCapDisplacesTheOldestIdle(t *testing.T) {
 	m := testMetricsServer(t, false, longLimits(3))
+	// The client reads a response a moment before the server records its
+	// connection idle again; the test's order of idleness is the server's
+	// only once it has.
+	idle := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(testTimeout)
+		for idleConns(m.ln) != n {
+			if time.Now().After(deadline) {
+				t.Fatalf("the server never saw %d connections idle", n)
+			}
+			time.Sleep(time.Millisecond) // polling the server's view of its connections
+		}
+	}
 	var conns []*rawConn
 	for i := range 3 {
 		conns = append(conns, dialRaw(t, m.Addr()))
 		if code, err := conns[i].get("/metrics"); err != nil || code != http.StatusOK {
 			t.Fatalf("connection %d: %d %v", i, code, err)
 		}
+		idle(i + 1)
 	}
 	// conns[0] is now the oldest idle one; using conns[1] again makes
 	// conns[2] older than it.
 	if code, err := conns[1].get("/metrics"); err != nil || code != http.StatusOK {
 		t.Fatalf("connection 1 again: %d %v", code, err)
 	}
+	idle(3)
 	extra := dialRaw(t, m.Addr())
 	if code, err := extra.get("/metrics"); err != nil || code != http.StatusOK {
 		t.Fatalf("the fourth connection: %d %v", code, err)
@@ -163,6 +178,19 @@ func TestMetricsConnCapClosesANewConnectionWhenAllAreBusy(t *testing.T) {
 	if !allActive(m.ln, 2) {
 		t.Fatal("a connection in a request was displaced")
 	}
+}
+
+// idleConns counts the connections the server has idle between requests.
+func idleConns(l *connLimiter) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for c := range l.conns {
+		if c.state == http.StateIdle {
+			n++
+		}
+	}
+	return n
 }
 
 func allActive(l *connLimiter, n int) bool {
