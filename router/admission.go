@@ -132,6 +132,17 @@ func (k *core) deliverySize(op wire.Op, body wire.Body, atts []wire.Attachment) 
 
 // denied is the NOT_AUTHORIZED refusal of a name none of a grant's
 // patterns match; nil when one does.
+// deniedCall is denied for a call grant, which may name methods too.
+func deniedCall(patterns []Pattern, target, method string) *wire.BusError {
+	if matchCall(patterns, target, method) {
+		return nil
+	}
+	if matchAny(patterns, target) {
+		return wire.NewError(wire.ErrNotAuthorized, 0, "no call grant for method %s of %s", method, target)
+	}
+	return wire.NewError(wire.ErrNotAuthorized, 0, "no call grant for %s", target)
+}
+
 func denied(patterns []Pattern, grant, name string) *wire.BusError {
 	if matchAny(patterns, name) {
 		return nil

@@ -8,10 +8,14 @@ import (
 )
 
 // Pattern matches service or topic names: any name, one exact name, or every
-// name starting with a prefix.
+// name starting with a prefix. A call grant's pattern may also limit the
+// methods it admits (Methods).
 type Pattern struct {
 	kind  uint8 // patAny, patExact, patPrefix
 	value string
+	// methods, when set, is a call grant's limit on the method: the same
+	// kinds of match, over method names.
+	methods *Pattern
 }
 
 const (
@@ -30,11 +34,38 @@ func Exact(name string) Pattern { return Pattern{kind: patExact, value: name} }
 // "agent.fly-a").
 func Prefix(p string) Pattern { return Pattern{kind: patPrefix, value: p} }
 
+// Methods limits a call grant to the methods m admits: Exact("status"),
+// Prefix("Admin."), Any(). Only call grants look at it.
+func (p Pattern) Methods(m Pattern) Pattern {
+	p.methods = &m
+	return p
+}
+
 // ParsePattern reads the configuration spelling of a pattern: "*" is Any,
 // "x.*" is Prefix("x.") for a valid name x, a valid service or topic name
-// is Exact. Anything else ("ab*", "a..*", "") is refused: a grant that
-// reads differently from what it admits is a grant nobody meant.
+// is Exact. A call grant may add "/METHOD": "svc/status" admits that one
+// method, "svc/Admin.*" every method starting with "Admin.", "svc/*" any.
+// Anything else ("ab*", "a..*", "") is refused: a grant that reads
+// differently from what it admits is a grant nobody meant.
 func ParsePattern(s string) (Pattern, error) {
+	if name, method, ok := strings.Cut(s, "/"); ok {
+		p, err := ParsePattern(name)
+		if err != nil {
+			return Pattern{}, err
+		}
+		var m Pattern
+		switch {
+		case method == "*":
+			m = Any()
+		case strings.HasSuffix(method, "*") && method != "*" && wire.ValidMethod(strings.TrimSuffix(method, "*")):
+			m = Prefix(strings.TrimSuffix(method, "*"))
+		case wire.ValidMethod(method):
+			m = Exact(method)
+		default:
+			return Pattern{}, fmt.Errorf("pattern %q: the method after \"/\" must be \"*\", \"prefix*\" or a method name", s)
+		}
+		return p.Methods(m), nil
+	}
 	switch {
 	case s == "*":
 		return Any(), nil
@@ -60,14 +91,21 @@ func (p Pattern) Match(name string) bool {
 }
 
 func (p Pattern) String() string {
+	s := p.value
 	switch p.kind {
 	case patAny:
-		return "*"
+		s = "*"
 	case patPrefix:
-		return p.value + "*"
+		s = p.value + "*"
 	}
-	return p.value
+	if p.methods != nil {
+		s += "/" + p.methods.String()
+	}
+	return s
 }
+
+// HasMethods reports whether p limits methods, which only call grants do.
+func (p Pattern) HasMethods() bool { return p.methods != nil }
 
 // Grants lists what one client may do. An empty list grants nothing.
 type Grants struct {
@@ -87,6 +125,16 @@ func AllGrants() Grants {
 func matchAny(ps []Pattern, name string) bool {
 	for _, p := range ps {
 		if p.Match(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// matchCall reports whether a call grant admits method of target.
+func matchCall(ps []Pattern, target, method string) bool {
+	for _, p := range ps {
+		if p.Match(target) && (p.methods == nil || p.methods.Match(method)) {
 			return true
 		}
 	}

@@ -161,7 +161,7 @@ func (k *core) opCall(c *conn, env *wire.Envelope, b *wire.Call) *wire.BusError 
 		return wire.NewError(wire.ErrInvalidEnvelope, 0, "call id %s reused or decreasing", b.CallID)
 	}
 	c.anyCall, c.callWM = true, b.CallID
-	if err := denied(c.grants.Call, "call", b.Target); err != nil {
+	if err := deniedCall(c.grants.Call, b.Target, b.Method); err != nil {
 		return err
 	}
 	s := k.services[b.Target]

@@ -527,6 +527,9 @@ func parseGrants(raw json.RawMessage, where string) (router.Grants, error) {
 			if err != nil {
 				return g, fmt.Errorf("%s.%s: %w", where, l.key, err)
 			}
+			if p.HasMethods() && l.key != "call" {
+				return g, fmt.Errorf("%s.%s: pattern %q: only call grants name methods", where, l.key, s)
+			}
 			*l.dst = append(*l.dst, p)
 		}
 	}

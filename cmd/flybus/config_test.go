@@ -31,7 +31,7 @@ func TestParseConfigEveryKey(t *testing.T) {
 			"open": false,
 			"default": {"subscribe": ["*"]},
 			"clients": {
-				"agent-a": {"register": ["agent.fly-a"], "call": ["agent.*", "*"], "publish": ["frames.*"],
+				"agent-a": {"register": ["agent.fly-a"], "call": ["agent.*", "*", "ops.ctl/status"], "publish": ["frames.*"],
 					"subscribe": ["frames.left"], "manageTopics": ["frames.*"]},
 				"coordinator": {}
 			}
@@ -63,7 +63,7 @@ func TestParseConfigEveryKey(t *testing.T) {
 		"register": patterns(a.Register), "call": patterns(a.Call), "publish": patterns(a.Publish),
 		"subscribe": patterns(a.Subscribe), "manageTopics": patterns(a.ManageTopics),
 	} {
-		want := map[string][]string{"register": {"agent.fly-a"}, "call": {"agent.*", "*"},
+		want := map[string][]string{"register": {"agent.fly-a"}, "call": {"agent.*", "*", "ops.ctl/status"},
 			"publish": {"frames.*"}, "subscribe": {"frames.left"}, "manageTopics": {"frames.*"}}[name]
 		if !slices.Equal(got, want) {
 			t.Errorf("agent-a %s: %v, want %v", name, got, want)
@@ -89,6 +89,8 @@ func TestParseConfigRefusals(t *testing.T) {
 		"UnknownKey/Default":        {`{"policy": {"default": {"calls": []}}}`, `unknown key "calls" in policy.default`},
 		"UnknownKey/Client":         {`{"policy": {"clients": {"a": {"manage_topics": []}}}}`, `unknown key "manage_topics" in policy.clients["a"]`},
 		"UnknownKey/Limit":          {`{"limits": {"maxWidgets": 1}}`, `unknown key "maxWidgets" in limits`},
+		"Grants/MethodNotCall":      {`{"policy": {"default": {"publish": ["t/m"]}}}`, `policy.default.publish: pattern "t/m": only call grants name methods`},
+		"Grants/BadMethod":          {`{"policy": {"default": {"call": ["svc/"]}}}`, `policy.default.call: pattern "svc/"`},
 		"NotJSON":                   {`{"store": }`, "not strict JSON"},
 		"DuplicateKey":              {`{"policy": {"open": true, "open": false}}`, "not strict JSON"},
 		"TrailingBytes":             {`{} {}`, "not strict JSON"},

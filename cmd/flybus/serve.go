@@ -100,8 +100,10 @@ The --config file (unknown keys are refused):
    "policy": {"open": BOOL, "default": GRANTS or null, "clients": {CLIENT_ID: GRANTS}},
    "limits": {NAME: VALUE}}
   GRANTS is {"register", "call", "publish", "subscribe", "manageTopics": [PATTERN]};
-  a PATTERN is "*", "prefix.*" or an exact service or topic name. Byte-size
-  limits may be numbers or U64 strings ("1073741824").
+  a PATTERN is "*", "prefix.*" or an exact service or topic name; a call
+  PATTERN may add "/METHOD" ("svc/status", "svc/Admin.*", "svc/*") to admit
+  only those methods. Byte-size limits may be numbers or U64 strings
+  ("1073741824").
 
 Limits: ` + wrapWords(strings.Join(names, ", "), 68, "  ") + "\n"
 	return usageText("flybus serve --store DIR [--listen PATH[=CLIENT_ID]]... [--open] [--config FILE] [FLAGS]",
