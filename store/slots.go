@@ -281,11 +281,16 @@ func (s *Store) createSlot(n uint64, size int64) (*slot, error) {
 
 // retireSlot drops sl from the table and unlinks it.
 func (s *Store) retireSlot(sl *slot) {
+	// The name goes first: once the table no longer counts the slot,
+	// its file is gone too (nobody hands out a slot in use meanwhile).
+	s.st.unlinks.Add(1)
+	unix.Unlinkat(s.dirfd, sl.name, 0)
 	t := s.slots
 	t.mu.Lock()
 	t.dropLocked(sl)
 	t.mu.Unlock()
-	s.unlinkSlots([]*slot{sl})
+	unix.Close(sl.fd)
+	s.st.slots.Add(-1)
 	s.st.slotsRetired.Add(1)
 }
 
