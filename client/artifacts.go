@@ -51,19 +51,16 @@ func newGuard(owner wire.OwnerID, release func()) *guard {
 }
 
 func (g *guard) drop() {
-	g.mu.Lock()
-	g.refs--
-	last := g.refs == 0
-	var s *Subscription
-	if last {
-		s = g.heldOn
+	if !g.dropRef() {
+		return
 	}
+	g.release()
+	// Fixed from here on: holdOn ties nothing to a guard with no reference.
+	g.mu.Lock()
+	s := g.heldOn
 	g.mu.Unlock()
-	if last {
-		g.release()
-		if s != nil {
-			s.cr.give()
-		}
+	if s != nil {
+		s.cr.give()
 	}
 }
 

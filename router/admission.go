@@ -130,9 +130,8 @@ func (k *core) deliverySize(op wire.Op, body wire.Body, atts []wire.Attachment) 
 	return len(k.buf)
 }
 
-// denied is the NOT_AUTHORIZED refusal of a name none of a grant's
-// patterns match; nil when one does.
-// deniedCall is denied for a call grant, which may name methods too.
+// deniedCall is denied for a call grant, which may name methods too: a
+// target some pattern admits is refused for its method.
 func deniedCall(patterns []Pattern, target, method string) *wire.BusError {
 	if matchCall(patterns, target, method) {
 		return nil
@@ -140,9 +139,11 @@ func deniedCall(patterns []Pattern, target, method string) *wire.BusError {
 	if matchAny(patterns, target) {
 		return wire.NewError(wire.ErrNotAuthorized, 0, "no call grant for method %s of %s", method, target)
 	}
-	return wire.NewError(wire.ErrNotAuthorized, 0, "no call grant for %s", target)
+	return denied(patterns, "call", target)
 }
 
+// denied is the NOT_AUTHORIZED refusal of a name none of a grant's
+// patterns match; nil when one does.
 func denied(patterns []Pattern, grant, name string) *wire.BusError {
 	if matchAny(patterns, name) {
 		return nil

@@ -220,15 +220,24 @@ func (t *slotTable) reserveLocked(size int64) ([]*slot, error) {
 // evictFreeLocked takes every free slot out of the table, for the caller
 // to unlink.
 func (t *slotTable) evictFreeLocked() []*slot {
-	var evict []*slot
+	return t.dropFreeLocked(func(int64) bool { return true })
+}
+
+// dropFreeLocked takes the free slots of the sizes which says out of the
+// table and returns them, for the caller to unlink.
+func (t *slotTable) dropFreeLocked(which func(size int64) bool) []*slot {
+	var dropped []*slot
 	for size, free := range t.free {
+		if !which(size) {
+			continue
+		}
 		for _, sl := range free {
 			t.dropLocked(sl)
 		}
-		evict = append(evict, free...)
+		dropped = append(dropped, free...)
 		delete(t.free, size)
 	}
-	return evict
+	return dropped
 }
 
 func (t *slotTable) dropLocked(sl *slot) {
@@ -569,16 +578,7 @@ func (s *Store) janitor() {
 func (s *Store) tidySlots(now time.Time) {
 	t := s.slots
 	t.mu.Lock()
-	var idle []*slot
-	for size, free := range t.free {
-		if now.Sub(t.lastUsed[size]) >= t.idleAfter {
-			for _, sl := range free {
-				t.dropLocked(sl)
-			}
-			idle = append(idle, free...)
-			delete(t.free, size)
-		}
-	}
+	idle := t.dropFreeLocked(func(size int64) bool { return now.Sub(t.lastUsed[size]) >= t.idleAfter })
 	var q []*slot
 	for _, sl := range t.quarantined {
 		q = append(q, sl)
