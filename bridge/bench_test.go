@@ -241,7 +241,7 @@ func benchBridge(b *testing.B, importMode string) {
 			b.Fatal(err)
 		}
 		defer c.Close()
-		sub := subscribe(b, c, "cam.frames", client.Latest())
+		sub := subscribe(b, c, "cam.frames")
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -66,7 +66,7 @@ func TestExportImportLatestAndBounded(t *testing.T) {
 				[]ImportConfig{{Subject: "site.latest", Topic: "b.latest"}, {Subject: "site.bounded", Topic: "b.bounded"}},
 				Options{})
 			bsub := subscribe(t, p.cons, "b.bounded", client.Bounded())
-			lsub := subscribe(t, p.cons, "b.latest", client.Latest())
+			lsub := subscribe(t, p.cons, "b.latest")
 			const frames = 5
 			for n := uint64(1); n <= frames; n++ {
 				publishFrame(t, p.prod, "cam.bounded", n, frameSizes)

@@ -24,7 +24,7 @@ func (b *Bridge) export(ctx context.Context, c *client.Client, e *ExportConfig, 
 		// One in flight: while a frame is on its way, the router keeps
 		// only the newest value queued, so a slow link never builds a
 		// backlog and the coalesced values are counted in Replaced.
-		cfg = []client.SubscribeOption{client.Latest(), client.InFlight(1)}
+		cfg = []client.SubscribeOption{client.InFlight(1)}
 	}
 	var sub *client.Subscription
 	for {

@@ -80,7 +80,7 @@ func TestNATSRestartMidStream(t *testing.T) { importModes(t, natsRestartMidStrea
 func natsRestartMidStream(t *testing.T, mode string) {
 	p := newPair(t, 64<<10, []ExportConfig{{Topic: "cam.frames", Subject: "site.cam", Mode: "latest"}},
 		[]ImportConfig{{Subject: "site.cam", Topic: "cam.frames", Mode: mode}}, Options{})
-	sub := subscribe(t, p.cons, "cam.frames", client.Latest())
+	sub := subscribe(t, p.cons, "cam.frames")
 	prod := startProducer(t, p.prod, "cam.frames", 1)
 	receiveUntil(t, sub, 3)
 	p.n.restart()

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flybus/flybus/client"
 )
 
 // throttle is a TCP proxy to a NATS server whose client-to-server
@@ -91,7 +90,7 @@ func TestLatestExportOverSlowLinkCoalesces(t *testing.T) {
 		[]ImportConfig{{Subject: "site.cam", Topic: "cam.frames"}}, Options{},
 		func(ca, _ *Config) { ca.NATS.URLs = []string{"nats://" + link.ln.Addr().String()} })
 	ba, bb := p.ba, p.bb
-	sub := subscribe(t, p.cons, "cam.frames", client.Latest())
+	sub := subscribe(t, p.cons, "cam.frames")
 	const frames = 30
 	for i := uint64(1); i <= frames; i++ {
 		publishFrame(t, p.prod, "cam.frames", i, map[string]int{"frame": frameSize})

@@ -209,9 +209,6 @@ func (a *Artifact) settled(ctx context.Context) (wire.ArtifactRef, error) {
 // code for errors.Is and errors.As.
 func sealFailed(err error) error { return fmt.Errorf("flybus: the artifact's seal failed: %w", err) }
 
-// OwnerID is the owner this handle uses on the router.
-func (a *Artifact) OwnerID() wire.OwnerID { return a.g.owner }
-
 // take adds a reference on the artifact's owner for work this handle
 // starts; it fails once this handle is closed.
 func (a *Artifact) take() error {

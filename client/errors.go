@@ -18,7 +18,8 @@ var (
 	// ErrClosed is returned once the program closed the Client.
 	ErrClosed = errors.New("flybus: the client was closed")
 	// ErrSubscriptionClosed is returned by Subscription.Next once the
-	// subscription has ended: the router closed it (see ClosedReason), it
+	// subscription has ended: the router closed it (the error's text gives
+	// its reason), it
 	// was closed, or its client ended (the error then also matches ErrClosed
 	// or wire.ErrRouterLost).
 	ErrSubscriptionClosed = errors.New("flybus: subscription closed")

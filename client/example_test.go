@@ -107,7 +107,7 @@ func ExampleClient_Subscribe() {
 	}
 	// Replay delivers the retained value first; latest mode keeps only the
 	// newest undelivered one.
-	sub, err := bus.Subscribe(ctx, "session.snapshots", client.Latest(), client.Replay())
+	sub, err := bus.Subscribe(ctx, "session.snapshots", client.Replay())
 	if err != nil {
 		log.Fatal(err)
 	}

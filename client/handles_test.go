@@ -192,7 +192,7 @@ func TestErrorsNameWhatEnded(t *testing.T) {
 	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
 		ctx := bustest.Ctx(t)
 		c := h.Dial("closer")
-		s := bustest.DeclareAndSubscribe(t, c, c, "t", wire.RetainNone, client.Latest())
+		s := bustest.DeclareAndSubscribe(t, c, c, "t", wire.RetainNone)
 		svc := bustest.MustRegister(t, ctx, c, "svc")
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
@@ -278,8 +278,8 @@ func TestCloneSharesTheOwner(t *testing.T) {
 		data := bustest.FrameBytes(11, 4096)
 		a := bustest.Produce(t, c, data)
 		cl := mustClone(t, a)
-		if cl.OwnerID() != a.OwnerID() || cl.Ref() != a.Ref() {
-			t.Fatalf("clone %v %+v, original %v %+v", cl.OwnerID(), cl.Ref(), a.OwnerID(), a.Ref())
+		if client.OwnerOf(cl) != client.OwnerOf(a) || cl.Ref() != a.Ref() {
+			t.Fatalf("clone %v %+v, original %v %+v", client.OwnerOf(cl), cl.Ref(), client.OwnerOf(a), a.Ref())
 		}
 		a.Close()
 		bustest.Barrier(t, c) // a release, had one been queued, is handled now

@@ -14,8 +14,10 @@ import (
 // subscription or a service alike. Attachments are options of a call, and
 // the variadic tail of Publish and Reply.
 
-// SubscribeOption configures Subscribe: Latest (the default) or Bounded,
-// Queued, InFlight, Replay.
+// SubscribeOption configures Subscribe: Bounded, Queued, InFlight, Replay.
+// Without Bounded a subscription is latest: one replaceable queued value,
+// so a slow consumer skips to the newest instead of slowing anyone; 2 in
+// flight unless InFlight says otherwise.
 type SubscribeOption interface{ subscribe(*subscribeOpts) }
 
 // ServiceOption configures Register: Queued, InFlight.
@@ -56,11 +58,6 @@ type callOpts struct {
 type modeOption wire.Mode
 
 func (m modeOption) subscribe(o *subscribeOpts) { o.mode = wire.Mode(m) }
-
-// Latest subscribes in latest mode, the default: one replaceable queued
-// value, so a slow consumer skips to the newest instead of slowing anyone;
-// 2 in flight unless InFlight says otherwise.
-func Latest() SubscribeOption { return modeOption(wire.ModeLatest) }
 
 // Bounded subscribes in bounded mode: a FIFO (64 unless Queued says
 // otherwise) that misses nothing, whose being full refuses publications

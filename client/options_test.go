@@ -15,7 +15,7 @@ func TestSubscribeOptions(t *testing.T) {
 		want subscribeOpts
 	}{
 		{"Default", nil, subscribeOpts{mode: wire.ModeLatest, queued: 1, inFlight: 2}},
-		{"Latest/InFlight", []SubscribeOption{Latest(), InFlight(1)}, subscribeOpts{mode: wire.ModeLatest, queued: 1, inFlight: 1}},
+		{"Latest/InFlight", []SubscribeOption{InFlight(1)}, subscribeOpts{mode: wire.ModeLatest, queued: 1, inFlight: 1}},
 		{"Bounded", []SubscribeOption{Bounded()}, subscribeOpts{mode: wire.ModeBounded, queued: 64, inFlight: 16}},
 		{"Bounded/AnyOrder", []SubscribeOption{Queued(8), InFlight(4), Bounded(), Replay()},
 			subscribeOpts{mode: wire.ModeBounded, queued: 8, inFlight: 4, replay: true}},

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 
 	"github.com/flybus/flybus/wire"
@@ -80,8 +79,6 @@ type Subscription struct {
 
 	in     inbox[*Message]
 	cr     credits // held by the program, for Config.HeldCreditsWarnAfter
-	mu     sync.Mutex
-	reason string // why the router ended it, if it did
 	closed atomic.Bool
 }
 
@@ -148,23 +145,13 @@ func (s *Subscription) Next(ctx context.Context) (*Message, error) {
 // handle returns (artifacts taken from it stay open until their own Close).
 // It returns nil once ctx is done or the subscription or its client was
 // closed, and an error matching ErrSubscriptionClosed when the router ended
-// the subscription (ClosedReason says why), or ROUTER_LOST.
+// the subscription (its text gives the router's reason), or ROUTER_LOST.
 func (s *Subscription) Receive(ctx context.Context, handle func(ctx context.Context, m *Message)) error {
 	return handleEach(ctx, s.Next, handle)
 }
 
-// ClosedReason is the router's reason when it closed the subscription.
-func (s *Subscription) ClosedReason() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.reason
-}
-
 func (s *Subscription) ended(reason string) {
-	s.mu.Lock()
-	s.reason = reason
-	s.mu.Unlock()
-	s.closeQueue(&handleError{msg: "flybus: the router closed the subscription: " + reason, kinds: []error{ErrSubscriptionClosed}})
+	s.closeQueue(&handleError{msg: "flybus: the router closed the subscription to " + s.topic + ": " + reason, kinds: []error{ErrSubscriptionClosed}})
 }
 
 // closeQueue stops delivery with err; messages nobody took are consumed.
@@ -185,8 +172,6 @@ func (s *Subscription) Close() error {
 // Message is one delivered publication. Close it when done.
 type Message struct {
 	delivery
-	DeliveryID       wire.DeliveryID
-	SubscriptionID   wire.SubID
 	Topic            string
 	TopicIncarnation wire.TopicInc
 	TopicSequence    uint64
@@ -201,7 +186,7 @@ func (m *Message) Decode(v any) error {
 
 func (c *Client) onMessage(w *wire.TopicMessage, arts attachSet) error {
 	g := c.deliveryGuard(w.DeliveryID, arts)
-	m := &Message{DeliveryID: w.DeliveryID, SubscriptionID: w.SubscriptionID, Topic: w.Topic,
+	m := &Message{Topic: w.Topic,
 		TopicIncarnation: w.TopicIncarnation, TopicSequence: w.TopicSequence, Replaced: w.Replaced,
 		Payload: w.Payload.Clone(), delivery: delivery{c: c, d: delivered{what: "message", g: g}, arts: arts}}
 	m.d.cleanup = watch(c, m, "Message", g, g.drop)

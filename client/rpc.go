@@ -149,7 +149,7 @@ func (c *Client) onRequest(r *wire.Request, arts attachSet) error {
 	g := c.deliveryGuard(r.DeliveryID, arts)
 	rc := &replyCap{c: c, rcap: r.ReplyCapability(), refCount: refCount{refs: 1}}
 	req := &Request{Method: r.Method, Payload: r.Payload.Clone(), Caller: r.Caller,
-		CallID: r.CallID, DeliveryID: r.DeliveryID, ServiceIncarnation: r.ServiceIncarnation,
+		CallID: r.CallID, ServiceIncarnation: r.ServiceIncarnation,
 		delivery: delivery{c: c, d: delivered{what: "request", g: g}, arts: arts}, rc: rc}
 	req.d.cleanup = watch(c, req, "Request", g, func() { g.drop(); rc.drop() })
 	if s == nil || !s.in.push(req) {
@@ -167,7 +167,6 @@ type Request struct {
 	Payload            wire.RawJSON
 	Caller             wire.Identity // authenticated only on a launcher-bound transport
 	CallID             wire.CallID
-	DeliveryID         wire.DeliveryID
 	ServiceIncarnation wire.ServiceInc
 
 	rc *replyCap
@@ -282,7 +281,6 @@ func (p *Responder) Close() error {
 type Result struct {
 	delivery
 	CallID             wire.CallID
-	DeliveryID         wire.DeliveryID
 	Responder          wire.Identity
 	ServiceIncarnation wire.ServiceInc
 	Outcome            wire.RawJSON
@@ -482,7 +480,7 @@ func isCtxErr(err error) bool {
 func (c *Client) onResult(r *wire.Result, arts attachSet) error {
 	p := takeEntry(&c.mu, &c.calls, r.CallID)
 	g := c.deliveryGuard(r.DeliveryID, arts)
-	res := &Result{CallID: r.CallID, DeliveryID: r.DeliveryID, Responder: r.Responder,
+	res := &Result{CallID: r.CallID, Responder: r.Responder,
 		ServiceIncarnation: r.ServiceIncarnation, Outcome: r.Outcome.Clone(),
 		delivery: delivery{c: c, d: delivered{what: "result", g: g}, arts: arts}}
 	res.d.cleanup = watch(c, res, "Result", g, g.drop)

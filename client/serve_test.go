@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/flybus/flybus/client"
@@ -229,8 +230,8 @@ func TestReceiveClosesEachMessageAfterItsHandler(t *testing.T) {
 		if err := h.Router().Shutdown(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if err := await(t, ctx, received, "Receive to end"); !errors.Is(err, client.ErrSubscriptionClosed) || errors.Is(err, client.ErrHandleClosed) || s.ClosedReason() != "router-shutdown" {
-			t.Fatalf("Receive after the router's shutdown: %v (%q), want the subscription closed by the router", err, s.ClosedReason())
+		if err := await(t, ctx, received, "Receive to end"); !errors.Is(err, client.ErrSubscriptionClosed) || errors.Is(err, client.ErrHandleClosed) || !strings.Contains(err.Error(), "router-shutdown") {
+			t.Fatalf("Receive after the router's shutdown: %v, want the subscription closed by the router", err)
 		}
 		if err := await(t, ctx, served, "Serve to end"); !errors.Is(err, wire.ErrRouterLost) {
 			t.Fatalf("Serve after the router's shutdown: %v, want ROUTER_LOST", err)

@@ -144,7 +144,7 @@ func (s *schedule) connect(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		sub, err := c.Subscribe(ctx, s.topic, client.Latest(), client.InFlight(1))
+		sub, err := c.Subscribe(ctx, s.topic, client.InFlight(1))
 		if err != nil {
 			return fmt.Errorf("subscribe: %w", err)
 		}

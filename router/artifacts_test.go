@@ -148,7 +148,7 @@ func TestFanOutSharesOneFile(t *testing.T) {
 		mustDeclare(t, prod, "world.frame", wire.RetainNone)
 		var subs []*client.Subscription
 		for _, id := range []string{"agent-a", "agent-b", "viewer"} {
-			subs = append(subs, mustSubscribe(t, ctx, h.dial(id), "world.frame", client.Latest()))
+			subs = append(subs, mustSubscribe(t, ctx, h.dial(id), "world.frame"))
 		}
 		data := frameBytes(5, frameSize)
 		publishFrame(t, prod, "world.frame", map[string]int{"w": 640}, data) // deliveries own it now
@@ -211,7 +211,7 @@ func TestExtractedArtifactOutlivesItsMessage(t *testing.T) {
 func TestForwardBeforeRelease(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
-		prod, coord, s := h.pubSub("producer", "coordinator", "frames", wire.RetainNone, client.Latest())
+		prod, coord, s := h.pubSub("producer", "coordinator", "frames", wire.RetainNone)
 		svc := mustRegister(t, ctx, h.dial("agent"), "agent.fly-a")
 		data := frameBytes(4, 100_000)
 		publishFrame(t, prod, "frames", nil, data)
@@ -275,21 +275,20 @@ func TestReleaseWatermarksAndConnectionScopedOwners(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		a, b := h.dial("a"), h.dial("b")
 		art := produce(t, a, frameBytes(1, 1024))
-		owner := art.OwnerID()
-		// Another connection cannot use a's owner id.
-		rb := newRaw(t, h.conn(""))
-		rb.hello("rawb")
-		rb.command(wire.OpArtifactRetain, &wire.RefOwner{Ref: art.Ref(), OwnerID: owner})
-		if be := rb.reply(&wire.RetainOK{}); be == nil || be.Code != wire.ErrOwnerInvalid {
-			t.Fatalf("foreign owner: %v", be)
-		}
 		_ = b
-		// a's own connection: a raw release is the same as the SDK's, so
-		// test watermarks with a raw client that owns a hold of its own.
+		// A raw client owns an allocation of its own, so its owner id is
+		// known here; the SDK's are not exported.
 		ra := newRaw(t, h.conn(""))
 		ra.hello("rawa")
 		var alloc wire.AllocateOK
 		rawOK(t, ra, wire.OpArtifactAllocate, &wire.Allocate{ByteLength: 16, ContentType: "x/y"}, &alloc)
+		// Another connection cannot use ra's owner id.
+		rb := newRaw(t, h.conn(""))
+		rb.hello("rawb")
+		rb.command(wire.OpArtifactRetain, &wire.RefOwner{Ref: art.Ref(), OwnerID: alloc.OwnerID})
+		if be := rb.reply(&wire.RetainOK{}); be == nil || be.Code != wire.ErrOwnerInvalid {
+			t.Fatalf("foreign owner: %v", be)
+		}
 		ra.command(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{{N: alloc.OwnerID.N + 5}}})
 		if be := ra.reply(&wire.Released{}); be == nil || be.Code != wire.ErrOwnerInvalid {
 			t.Fatalf("never-issued id: %v", be)
@@ -443,7 +442,7 @@ func TestDisconnectReleasesOwnershipWithoutTouchingMappedBytes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := declareAndSubscribe(t, prod, cons, "frames", wire.RetainNone, client.Latest())
+		s := declareAndSubscribe(t, prod, cons, "frames", wire.RetainNone)
 		data := frameBytes(7, frameSize)
 		publishFrame(t, prod, "frames", nil, data)
 		m := nextMessage(t, ctx, s)

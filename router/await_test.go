@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flybus/flybus/client"
 	"github.com/flybus/flybus/router"
 	"github.com/flybus/flybus/wire"
 )
@@ -25,7 +24,7 @@ func TestAwait(t *testing.T) {
 			}
 			close(got)
 		}()
-		sub := mustSubscribe(t, ctxT(t), c, "await.t", client.Latest())
+		sub := mustSubscribe(t, ctxT(t), c, "await.t")
 		if s, ok := <-got; !ok || s.Subscriptions != 1 {
 			t.Fatalf("Await returned %+v, %v", s, ok)
 		}

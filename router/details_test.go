@@ -42,7 +42,7 @@ func TestDetailsShowWhoHoldsWhat(t *testing.T) {
 
 		// A latest subscriber that never reads: the first frame is in
 		// flight, the last one queued, the ones between coalesced.
-		latest := mustSubscribe(t, ctx, slow, "det.frames", client.Latest(), client.InFlight(1))
+		latest := mustSubscribe(t, ctx, slow, "det.frames", client.InFlight(1))
 		defer latest.Close()
 		data := frameBytes(7, 4096)
 		for i := range 5 {

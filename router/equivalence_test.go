@@ -316,7 +316,7 @@ func pubsubScenario(t *testing.T, h *harness, tr *trace) {
 	tr.record("declare-conflict", "err", err)
 	bounded, err := sub.Subscribe(ctx, "eq.frames", client.Bounded(), client.Queued(2), client.InFlight(1))
 	tr.record("subscribe", "mode", wire.ModeBounded, "err", err)
-	latest, err := sub.Subscribe(ctx, "eq.frames", client.Latest(), client.InFlight(1))
+	latest, err := sub.Subscribe(ctx, "eq.frames", client.InFlight(1))
 	tr.record("subscribe", "mode", wire.ModeLatest, "err", err)
 	if err != nil {
 		t.Fatal(err)
@@ -374,7 +374,7 @@ func pubsubScenario(t *testing.T, h *harness, tr *trace) {
 	lm3 := got("latest", latest)
 	readArt("kept-frame", kept)
 	stats("retained-hold")
-	late, err := sub.Subscribe(ctx, "eq.frames", client.Latest(), client.Replay())
+	late, err := sub.Subscribe(ctx, "eq.frames", client.Replay())
 	tr.record("subscribe-replay", "err", err)
 	replay := got("replay", late)
 	img := mustArtifact(t, replay, "frame")

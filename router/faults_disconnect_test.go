@@ -239,7 +239,7 @@ func TestFaultConsumerDiesMidRead(t *testing.T) {
 		for i, end := range []string{"close", "cut", "violation"} {
 			abrupt := end != "close"
 			cons, consNC := dialKept(t, h, fmt.Sprintf("cd-cons-%d", i))
-			s := mustSubscribe(t, ctx, cons, "fault.mid", client.Latest())
+			s := mustSubscribe(t, ctx, cons, "fault.mid")
 			data := frameBytes(byte(20+i), frameSize)
 			a := produce(t, pub, data)
 			if _, err := pub.Publish(ctx, "fault.mid", tick{N: i}, client.Attach("frame", a)); err != nil {
@@ -350,7 +350,7 @@ func TestFaultConnectionLostMidCommand(t *testing.T) {
 				return err
 			}},
 			{wire.OpSubscribe, func(c *client.Client) error {
-				_, err := c.Subscribe(ctx, "fault.lost", client.Latest())
+				_, err := c.Subscribe(ctx, "fault.lost")
 				return err
 			}},
 			{wire.OpArtifactAllocate, func(c *client.Client) error {

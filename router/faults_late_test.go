@@ -288,7 +288,7 @@ func giveUpOps(c *client.Client, src *client.Artifact) []struct {
 			return src.Retain(ctx)
 		}},
 		{"Subscribe", func(ctx context.Context, _ int) (io.Closer, error) {
-			return c.Subscribe(ctx, "fault.gaveup", client.Latest())
+			return c.Subscribe(ctx, "fault.gaveup")
 		}},
 		{"Register", func(ctx context.Context, i int) (io.Closer, error) {
 			return c.Register(ctx, fmt.Sprintf("fault.gaveup.svc-%d", i))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/flybus/flybus/client"
@@ -19,7 +20,7 @@ func TestFaultQueuedFrameReplaced(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		ctx := ctxT(t)
 		maps0 := storeMaps(t, h)
-		pub, viewer, s := h.pubSub("qr-pub", "qr-viewer", "fault.latest", wire.RetainLatest, client.Latest(), client.InFlight(1))
+		pub, viewer, s := h.pubSub("qr-pub", "qr-viewer", "fault.latest", wire.RetainLatest, client.InFlight(1))
 		var datas [5][]byte
 		publish := func(n int) client.PublishReceipt {
 			t.Helper()
@@ -132,7 +133,7 @@ func TestFaultSubscriptionClosedWithDeliveriesInUse(t *testing.T) {
 		requireDrained(t, h, maps0)
 
 		// Router shutdown with a message and a mapped artifact open.
-		s2 := mustSubscribe(t, ctx, cons, "fault.sub", client.Latest())
+		s2 := mustSubscribe(t, ctx, cons, "fault.sub")
 		a := produce(t, pub, d2)
 		if _, err := pub.Publish(ctx, "fault.sub", tick{N: 3}, client.Attach("frame", a)); err != nil {
 			t.Fatal(err)
@@ -145,8 +146,8 @@ func TestFaultSubscriptionClosedWithDeliveriesInUse(t *testing.T) {
 		if err := h.r.Shutdown(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s2.Next(ctx); !errors.Is(err, client.ErrSubscriptionClosed) || s2.ClosedReason() != "router-shutdown" {
-			t.Fatalf("subscription after shutdown: %v %q", err, s2.ClosedReason())
+		if _, err := s2.Next(ctx); !errors.Is(err, client.ErrSubscriptionClosed) || !strings.Contains(err.Error(), "router-shutdown") {
+			t.Fatalf("subscription after shutdown: %v", err)
 		}
 		<-cons.Done()
 		if st := h.r.Stats(); st.Connections != 0 || st.Artifacts != 0 || st.ArtifactRoots != 0 || st.Owners != 0 {

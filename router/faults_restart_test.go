@@ -36,7 +36,7 @@ func TestFaultRouterRestart(t *testing.T) {
 		if _, err := c.Publish(ctx, "fault.restart", tick{N: 1}, client.Attach("frame", a)); err != nil {
 			t.Fatal(err)
 		}
-		s := mustSubscribe(t, ctx, c, "fault.restart", client.Latest(), client.Replay())
+		s := mustSubscribe(t, ctx, c, "fault.restart", client.Replay())
 		m, _ := next(t, s)
 		v := mustView(t, a, data)
 		svc := mustRegister(t, ctx, c, "fault.restart.svc")
@@ -57,7 +57,7 @@ func TestFaultRouterRestart(t *testing.T) {
 				return err
 			}()},
 			{"allocate", func() error { _, err := c.Allocate(ctx, 10, "x/y"); return err }()},
-			{"subscribe", func() error { _, err := c.Subscribe(ctx, "fault.restart", client.Latest()); return err }()},
+			{"subscribe", func() error { _, err := c.Subscribe(ctx, "fault.restart"); return err }()},
 		}
 		for _, ch := range checks {
 			if code(t, ch.err) != wire.ErrRouterLost {

@@ -434,9 +434,9 @@ func seedSessions() []seedSession {
 			for range 2 {
 				must(s.Next(ctx)).Close()
 			}
-			l := must(c.Subscribe(ctx, "seed.topic", client.Latest(), client.Replay()))
+			l := must(c.Subscribe(ctx, "seed.topic", client.Replay()))
 			must(l.Next(ctx)).Close()
-			if _, err := c.Subscribe(ctx, "seed.none", client.Latest()); err == nil {
+			if _, err := c.Subscribe(ctx, "seed.none"); err == nil {
 				t.Fatal("subscribed to no topic")
 			}
 			l.Close()
@@ -450,7 +450,7 @@ func seedSessions() []seedSession {
 			data := seedBytes(5000, 1)
 			a := seedArtifact(ctx, t, c, data)
 			must(c.DeclareTopic(ctx, "seed.frames", wire.RetainLatest))
-			s := must(c.Subscribe(ctx, "seed.frames", client.Latest()))
+			s := must(c.Subscribe(ctx, "seed.frames"))
 			must(c.Publish(ctx, "seed.frames", map[string]int{"size": len(data)}, client.Attach("frame", a)))
 			m := must(s.Next(ctx))
 			img := must(m.Artifact("frame"))

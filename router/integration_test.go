@@ -362,7 +362,7 @@ func TestIntegrationSessionOverOneRouter(t *testing.T) {
 				return err
 			}(),
 			"presentation subscribes to raw frames": func() error {
-				_, err := pres.Subscribe(ctx, "sim.env.frames", client.Latest())
+				_, err := pres.Subscribe(ctx, "sim.env.frames")
 				return err
 			}(),
 			"an agent registers the other's name": func() error {
@@ -382,7 +382,7 @@ func TestIntegrationSessionOverOneRouter(t *testing.T) {
 		mustDeclare(t, env, "sim.env.frames", wire.RetainNone)
 		mustDeclare(t, coord, "sim.snapshots", wire.RetainLatest)
 		frameSub := mustSubscribe(t, ctx, coord, "sim.env.frames", client.Bounded(), client.Queued(4), client.InFlight(2))
-		presSub := mustSubscribe(t, ctx, pres, "sim.snapshots", client.Latest(), client.InFlight(1), client.Replay())
+		presSub := mustSubscribe(t, ctx, pres, "sim.snapshots", client.InFlight(1), client.Replay())
 		recSub := mustSubscribe(t, ctx, rec, "sim.snapshots", client.Bounded(), client.Queued(64), client.InFlight(4), client.Replay())
 		svcA := mustRegister(t, ctx, agentA, "sim.agent.a", client.Queued(2), client.InFlight(1))
 		svcB := mustRegister(t, ctx, agentB, "sim.agent.b", client.Queued(2), client.InFlight(1))

@@ -202,7 +202,7 @@ func TestPoolEveryByteMatchesItsGeneration(t *testing.T) {
 			cons := h.dial(fmt.Sprintf("consumer-%d", ci))
 			cfg := []client.SubscribeOption{client.Bounded(), client.Queued(8), client.InFlight(4)}
 			if ci == 2 {
-				cfg = []client.SubscribeOption{client.Latest(), client.Replay()}
+				cfg = []client.SubscribeOption{client.Replay()}
 			}
 			s := mustSubscribe(t, ctx, cons, "pool.frames", cfg...)
 			wg.Add(1)

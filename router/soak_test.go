@@ -390,7 +390,7 @@ func (s *soakRun) serve(ctx context.Context, rng *rand.Rand, c *client.Client, s
 }
 
 func (s *soakRun) consume(ctx context.Context, rng *rand.Rand, c *client.Client) {
-	cfg := []client.SubscribeOption{client.Latest(), client.InFlight(1 + rng.IntN(2))}
+	cfg := []client.SubscribeOption{client.InFlight(1 + rng.IntN(2))}
 	if rng.IntN(2) == 0 {
 		cfg = append(cfg, client.Replay())
 	}

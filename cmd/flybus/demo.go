@@ -160,7 +160,7 @@ func demo(ctx context.Context, root string, out io.Writer) (err error) {
 	if _, err := camera.DeclareTopic(ctx, "demo.frames", wire.RetainLatest); err != nil {
 		return err
 	}
-	sub, err := observer.Subscribe(ctx, "demo.frames", client.Latest(), client.InFlight(1))
+	sub, err := observer.Subscribe(ctx, "demo.frames", client.InFlight(1))
 	if err != nil {
 		return err
 	}

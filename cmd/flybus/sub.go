@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -87,9 +88,8 @@ func (o *subOptions) check(pos []string) (socket, topic string, cfg []client.Sub
 	if msg := checkClientFlags(o.client, o.timeout); msg != "" {
 		return "", "", cfg, errors.New(msg)
 	}
-	cfg = []client.SubscribeOption{client.Latest()}
 	if o.bounded {
-		cfg = []client.SubscribeOption{client.Bounded()}
+		cfg = append(cfg, client.Bounded())
 	}
 	if o.replay {
 		cfg = append(cfg, client.Replay())
@@ -144,27 +144,15 @@ func runSub(c *command, args []string, stdout, stderr io.Writer) int {
 		case ctx.Err() != nil:
 			return exitOK // interrupted: the deferred closes unsubscribe
 		case errors.Is(err, client.ErrSubscriptionClosed):
-			return subscriptionEnded(stderr, bus, sub, topic)
+			// The error names the topic and the router's reason.
+			fmt.Fprintf(stderr, "flybus sub: %s\n", strings.TrimPrefix(err.Error(), "flybus: "))
+			return exitFailure
 		case err != nil:
 			fmt.Fprintf(stderr, "flybus sub: %v\n", err)
 			return exitFailure
 		}
 	}
 	return exitOK
-}
-
-// subscriptionEnded reports why the router ended the subscription: its
-// reason when it sent subscription.closed, else the lost connection.
-func subscriptionEnded(stderr io.Writer, bus *client.Client, sub *client.Subscription, topic string) int {
-	switch reason, lost := sub.ClosedReason(), bus.Err(); {
-	case reason != "":
-		fmt.Fprintf(stderr, "flybus sub: the router closed the subscription to %s: %s\n", topic, reason)
-	case lost != nil:
-		fmt.Fprintf(stderr, "flybus sub: %v\n", lost)
-	default:
-		fmt.Fprintf(stderr, "flybus sub: the subscription to %s closed\n", topic)
-	}
-	return exitFailure
 }
 
 // printer renders messages, one line each, saving attachments first.

@@ -22,12 +22,11 @@ func TestSubCheck(t *testing.T) {
 		cfg  []client.SubscribeOption // want, when err is ""
 		err  string
 	}{
-		{name: "Default/Latest", pos: []string{"s", "t"}, opts: func(*subOptions) {}, cfg: []client.SubscribeOption{client.Latest()}},
+		{name: "Default/Latest", pos: []string{"s", "t"}, opts: func(*subOptions) {}},
 		{name: "Latest/Replay", pos: []string{"s", "t"}, opts: func(o *subOptions) { o.latest, o.replay = true, true },
-			cfg: []client.SubscribeOption{client.Latest(), client.Replay()}},
+			cfg: []client.SubscribeOption{client.Replay()}},
 		{name: "Bounded", pos: []string{"s", "t"}, opts: func(o *subOptions) { o.bounded = true }, cfg: []client.SubscribeOption{client.Bounded()}},
-		{name: "Save/WithStore", pos: []string{"s", "t"}, opts: func(o *subOptions) { o.saveDir, o.store = "d", "st" },
-			cfg: []client.SubscribeOption{client.Latest()}},
+		{name: "Save/WithStore", pos: []string{"s", "t"}, opts: func(o *subOptions) { o.saveDir, o.store = "d", "st" }},
 		{name: "Args/TooFew", pos: []string{"s"}, opts: func(*subOptions) {}, err: "want SOCKET TOPIC, got 1"},
 		{name: "Topic/Invalid", pos: []string{"s", "a b"}, opts: func(*subOptions) {}, err: `"a b" is not a topic name`},
 		{name: "Mode/Both", pos: []string{"s", "t"}, opts: func(o *subOptions) { o.latest, o.bounded = true, true },

@@ -190,7 +190,7 @@ func TestTopAndStatsJSON(t *testing.T) {
 	if _, err := prod.DeclareTopic(ctx, "top.frames", wire.RetainNone); err != nil {
 		t.Fatal(err)
 	}
-	sub, err := slow.Subscribe(ctx, "top.frames", client.Latest(), client.InFlight(1))
+	sub, err := slow.Subscribe(ctx, "top.frames", client.InFlight(1))
 	if err != nil {
 		t.Fatal(err)
 	}

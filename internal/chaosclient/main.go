@@ -242,7 +242,7 @@ func (p *proc) consume(mode string, hold int) error {
 		mode = []string{"latest", "bounded"}[p.rng.IntN(2)]
 	}
 	// One credit more than the views held, so delivery goes on.
-	cfg := []client.SubscribeOption{client.Latest(), client.InFlight(min(1+hold, 2)), client.Replay()}
+	cfg := []client.SubscribeOption{client.InFlight(min(1+hold, 2)), client.Replay()}
 	if mode == "bounded" {
 		cfg = []client.SubscribeOption{client.Bounded(), client.Queued(4), client.InFlight(1 + hold)}
 	}

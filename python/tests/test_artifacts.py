@@ -179,6 +179,31 @@ class ArtifactTests:
             with a.retain() as held:
                 self.assertEqual(held.ref, a.ref)
 
+    def test_a_seal_without_waiting_is_published_at_once(self):
+        prod, cons = self.producer_and_consumer("py-nowait-prod", "py-nowait-cons", "py.nowait")
+        data = os.urandom(64 * 1024)
+        digest = hashlib.sha256(data).hexdigest()
+        with cons.subscribe("py.nowait", mode="bounded") as sub:
+            w = prod.allocate(len(data), "x/y")
+            w.write(data)
+            with w.seal(digest=digest, wait=False) as a:
+                # No answer awaited: the router seals before the publish.
+                prod.publish("py.nowait", {"n": 1}, attachments={"frame": a})
+                self.assertEqual(a.sealed()["digest"], digest)
+            with sub.next(timeout=10) as m, m.artifact("frame") as got:
+                self.assertEqual(got.read_all(), data)
+        # A refused seal: sealed() raises it, a publish naming it is refused,
+        # and closing the artifact releases the writer's id.
+        w = prod.allocate(16, "x/y")
+        w.write(b"x" * 16)
+        a = w.seal(digest="0" * 64, wait=False)
+        with self.assertRaises(flybus.BusError) as cm:
+            a.sealed()
+        self.assertEqual(cm.exception.code, "ARTIFACT_MISMATCH")
+        with self.assertRaises(flybus.BusError):
+            prod.publish("py.nowait", {"n": 2}, attachments={"frame": a})
+        a.close()
+
     def test_a_go_producers_frame_in_python(self):
         cons = self.client("py-from-go")
         cons.declare_topic("py.go-frames")

@@ -225,13 +225,35 @@ class ArtifactWriter(Closing):
             self._client._handles.close(self._handle)
             os.close(self._fd)
 
-    def seal(self, digest=None, timeout=10.0):
+    def seal(self, digest=None, timeout=10.0, wait=True):
         """Makes the bytes immutable; returns the Artifact, held by the
         writer's id. digest, 64 lowercase hex digits of SHA-256, has the
-        router check the bytes (ARTIFACT_MISMATCH)."""
+        router check the bytes (ARTIFACT_MISMATCH).
+
+        wait=False sends the seal and returns at once, as Go's NoWait: the
+        Artifact can be attached to a publish or a call straight away (the
+        router seals before it handles the next command, and refuses that
+        command if the seal was refused); artifact.sealed() waits for the
+        router's answer and raises its refusal."""
         self._end()
         c = self._client
         body = {"artifactId": self.artifact_id, "generation": self.generation, "ownerId": self.owner, "digest": digest}
+        if not wait:
+            from .client import _Waiter  # client imports this module
+
+            w = _Waiter("artifact.seal")
+            ref = {"storeId": self._store_id, "artifactId": self.artifact_id, "generation": self.generation,
+                   "byteLength": str(self.size), "contentType": self.content_type, "digest": digest}
+            # The artifact's hold is the writer's id whatever the answer:
+            # after a refusal its close releases that id.
+            a = Artifact(c, ref, c._hold_guard(self.owner))
+            try:
+                c._send("artifact.seal", body, w)
+            except Exception:
+                a.close()
+                raise
+            a._seal = w
+            return a
         try:
             v = c._request("artifact.seal", body, timeout)
         except Exception:
@@ -253,7 +275,22 @@ class Artifact(Owning):
 
     def __init__(self, client, ref, guard):
         self._client, self.ref, self._guard = client, ref, guard
+        self._seal = None  # a seal sent with wait=False, until sealed() saw its answer
         self._own(client, "Artifact", guard.drop, guard.owner)
+
+    def sealed(self, timeout=10.0):
+        """The router's ref once the seal is answered: at once for an
+        artifact sealed with waiting or delivered; after seal(wait=False),
+        waits for the answer and raises the seal's refusal."""
+        w = self._seal
+        if w is None:
+            return self.ref
+        if not w.done.wait(timeout):
+            raise TimeoutError(f"the seal of {self.ref['artifactId']} was not answered within {timeout} s")
+        if w.error is not None:
+            raise w.error
+        self.ref, self._seal = w.value["ref"], None
+        return self.ref
 
     @property
     def owner(self):
