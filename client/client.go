@@ -27,17 +27,9 @@ type Config struct {
 	// ConnectInMemory supplies it when this is empty; over a Unix socket it
 	// must be set for artifact work.
 	StoreRoot string
-	// ControlLaneCapacity bounds queued consumes, releases and cancels
-	// [4096]; overflowing it closes the connection rather than drop one.
-	ControlLaneCapacity int
 	// Logger receives the client's warnings, such as a handle collected
 	// without Close [slog.Default()].
 	Logger *slog.Logger
-	// MapPerView maps every View of its own even when the router's store
-	// runs in pool mode, instead of slicing a cached mapping of the slot.
-	// Slower; for tests, where a read after Close should fault rather than
-	// show the slot's later generation.
-	MapPerView bool
 	// AllocateAhead is how many recent (size, content type) pairs keep one
 	// allocation prepared, so that Allocate of such a size returns at once
 	// while the next one is asked for in the background [0: off]. Each
@@ -62,16 +54,25 @@ type Config struct {
 	// TrackHandles records where the program got each handle that must be
 	// closed (the first caller outside this package), and names those
 	// places in the stalled-subscription and collected-without-Close
-	// warnings. It costs a stack walk per handle; for finding a missing
-	// Close. Also set by the environment variable FLYBUS_TRACK_HANDLES=1.
+	// warnings. In pool mode it also maps every view of its own instead of
+	// slicing the slot's cached mapping, so a slice read after its view's
+	// Close faults rather than showing a later frame. It costs a stack walk
+	// per handle and a mapping per view; for finding a missing Close or a
+	// use after it. Also set by the environment variable
+	// FLYBUS_TRACK_HANDLES=1.
 	TrackHandles bool
 	// VerifyReads makes Artifact.View and Artifact.ReadAll check the bytes
 	// against the digest the artifact was sealed with, as
 	// ArtifactView.Verify does, and fail with its error instead of
 	// returning them: a changed artifact (ErrDigestMismatch) or one sealed
-	// without a digest (ErrNoDigest). ReaderAt is not checked. It costs a
-	// SHA-256 of every byte per read; see docs/integrity.md [false].
+	// without a digest (ErrNoDigest). It costs a SHA-256 of every byte
+	// per read; see docs/integrity.md [false].
 	VerifyReads bool
+
+	// controlLane bounds queued consumes, releases and cancels [4096];
+	// overflowing it closes the connection rather than drop one. Tests
+	// set it (export_test.go).
+	controlLane int
 }
 
 // Info describes the negotiated session.
@@ -191,8 +192,8 @@ func Connect(ctx context.Context, nc net.Conn, cfg Config) (*Client, error) {
 		nc.Close()
 		return nil, fmt.Errorf("flybus: invalid client incarnation %q", cfg.ClientIncarnation)
 	}
-	if cfg.ControlLaneCapacity <= 0 {
-		cfg.ControlLaneCapacity = 4096
+	if cfg.controlLane <= 0 {
+		cfg.controlLane = 4096
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -381,7 +382,7 @@ func (c *Client) fail(err error) {
 
 // errControlOverflow ends a connection whose control lane is full: a
 // consume or release is never dropped, so the connection goes instead.
-var errControlOverflow = errors.New("the client's control lane overflowed (more than ControlLaneCapacity consumes and releases queued)")
+var errControlOverflow = errors.New("the client's control lane overflowed (more consumes and releases queued than it holds)")
 
 func (c *Client) wakeWriter() {
 	select {
@@ -465,7 +466,7 @@ func (c *Client) queue(r request, w *waiter, control bool) error {
 		return notSent(err)
 	}
 	if control {
-		if len(c.control)+len(c.consumes) >= c.cfg.ControlLaneCapacity {
+		if len(c.control)+len(c.consumes) >= c.cfg.controlLane {
 			c.mu.Unlock()
 			c.fail(errControlOverflow)
 			return notSent(errControlOverflow)
@@ -490,7 +491,7 @@ func (c *Client) consume(d wire.DeliveryID) {
 		c.mu.Unlock()
 		return // the router releases the delivery with the connection
 	}
-	overflow := len(c.control)+len(c.consumes) >= c.cfg.ControlLaneCapacity
+	overflow := len(c.control)+len(c.consumes) >= c.cfg.controlLane
 	if !overflow {
 		c.consumes = append(c.consumes, d)
 	}

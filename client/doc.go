@@ -1,7 +1,7 @@
 // Package client is the flybus SDK: one Client per connection to a router
 // serves RPC (Register, Call, Request, Responder, PendingCall), pub/sub
 // (DeclareTopic, Subscribe, Publish, Message) and artifacts (Allocate,
-// ArtifactWriter, Artifact, ArtifactView, ArtifactReader). Service.Serve and
+// ArtifactWriter, Artifact, ArtifactView). Service.Serve and
 // Subscription.Receive run a handler per request or message and close each
 // when its handler returns.
 //

@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/flybus/flybus/client"
 	"github.com/flybus/flybus/internal/bustest"
+	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -65,8 +67,6 @@ func TestHandlesRefuseUseAfterTheirOwnClose(t *testing.T) {
 		img.Close()
 		_, err = img.View(ctx)
 		isClosedHandle(t, "Artifact.View", err)
-		_, err = img.ReaderAt(ctx)
-		isClosedHandle(t, "Artifact.ReaderAt", err)
 		_, err = img.ReadAll(ctx)
 		isClosedHandle(t, "Artifact.ReadAll", err)
 		_, err = img.Retain(ctx)
@@ -76,19 +76,12 @@ func TestHandlesRefuseUseAfterTheirOwnClose(t *testing.T) {
 		_, err = prod.Publish(ctx, "frames", nil, client.Attach("img", img))
 		isClosedHandle(t, "Publish with a closed artifact", err)
 
-		// View and reader: closed while the clone keeps the delivery.
+		// View: closed while the clone keeps the delivery.
 		v := bustest.MustMap(t, ctx, clone)
 		v.Close()
 		if v.Bytes() != nil {
 			t.Fatal("a closed view still hands out its bytes")
 		}
-		rd, err := clone.ReaderAt(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd.Close()
-		_, err = rd.ReadAt(make([]byte, 1), 0)
-		isClosedHandle(t, "ArtifactReader.ReadAt", err)
 
 		// The clone is still good, and the delivery returns with it.
 		if _, err := clone.ReadAll(ctx); err != nil {
@@ -417,7 +410,7 @@ func TestExpiredPublishKeepsTheGuard(t *testing.T) {
 func TestClientControlLaneOverflowCloses(t *testing.T) {
 	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
 		ctx := bustest.Ctx(t)
-		c, tc := dialTap(h, "producer", client.Config{ControlLaneCapacity: 4})
+		c, tc := dialTap(h, "producer", client.WithControlLane(client.Config{}, 4))
 		var arts []*client.Artifact
 		for i := range 5 {
 			arts = append(arts, bustest.Produce(t, c, bustest.FrameBytes(byte(i), 64)))
@@ -442,5 +435,27 @@ func TestClientControlLaneOverflowCloses(t *testing.T) {
 			t.Fatalf("the held command: %v", err)
 		}
 		h.Await("the router to release the connection's owners", bustest.Drained)
+	})
+}
+
+// A client tracking its handles maps every view in pool mode too, so a
+// read after Close faults instead of showing a later generation.
+func TestTrackHandlesMapsPerView(t *testing.T) {
+	bustest.ForEachTransportIn(t, bustest.Open(), []store.Mode{store.ModePool}, func(t *testing.T, h *bustest.Harness) {
+		ctx := bustest.Ctx(t)
+		c := h.DialWith("pv", client.Config{TrackHandles: true})
+		data := bustest.FrameBytes(7, 8192)
+		a := bustest.Produce(t, c, data)
+		for range 3 {
+			v := bustest.MustMap(t, ctx, a)
+			if !bytes.Equal(v.Bytes(), data) {
+				t.Fatal("bytes differ")
+			}
+			v.Close()
+		}
+		a.Close()
+		if st := c.Stats(); st.Maps != 3 || st.Unmaps != 3 || st.CachedSlots != 0 || st.ArtifactOpens != 3 {
+			t.Fatalf("map per view: %+v", st)
+		}
 	})
 }

@@ -222,7 +222,7 @@ type Stats struct {
 	// ControlErrors counts fire-and-forget commands (consumes, releases,
 	// unregisters, cancels) the router refused.
 	ControlErrors uint64
-	// ArtifactOpens counts artifact.open round trips (View, ReaderAt).
+	// ArtifactOpens counts artifact.open round trips (View, ReadAll).
 	ArtifactOpens uint64
 	// Maps and Unmaps count mmap and munmap calls for views: per view in
 	// files mode, per slot in pool mode.

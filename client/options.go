@@ -104,7 +104,7 @@ type noWaitOption struct{}
 func (noWaitOption) seal(o *sealOpts) { o.noWait = true }
 
 // NoWait returns from Seal as soon as the seal is sent, with an artifact
-// whose Ref, View, ReaderAt, ReadAll and Retain wait for the router's
+// whose View, ReadAll and Retain wait for the router's
 // answer (Sealed reports it). A producer that publishes right away saves a
 // round trip: the router seals before it reads the publish.
 func NoWait() SealOption { return noWaitOption{} }

@@ -280,7 +280,6 @@ func (p *Responder) Close() error {
 // Result is a call's outcome. Close it to consume the result delivery.
 type Result struct {
 	delivery
-	CallID             wire.CallID
 	Responder          wire.Identity
 	ServiceIncarnation wire.ServiceInc
 	Outcome            wire.RawJSON
@@ -480,7 +479,7 @@ func isCtxErr(err error) bool {
 func (c *Client) onResult(r *wire.Result, arts attachSet) error {
 	p := takeEntry(&c.mu, &c.calls, r.CallID)
 	g := c.deliveryGuard(r.DeliveryID, arts)
-	res := &Result{CallID: r.CallID, Responder: r.Responder,
+	res := &Result{Responder: r.Responder,
 		ServiceIncarnation: r.ServiceIncarnation, Outcome: r.Outcome.Clone(),
 		delivery: delivery{c: c, d: delivered{what: "result", g: g}, arts: arts}}
 	res.d.cleanup = watch(c, res, "Result", g, g.drop)

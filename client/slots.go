@@ -16,7 +16,7 @@ import (
 // on pages already mapped. What keeps a generation from being reused under
 // a view is the view's share of its delivery or hold, exactly as in files
 // mode; what the cache gives up is that a slice kept past Close may show a
-// later generation instead of faulting (Config.MapPerView maps per view).
+// later generation instead of faulting (Config.TrackHandles maps per view).
 //
 // Mappings go when the connection closes, when more than slotCacheMax
 // slots are cached (least recently viewed first), and when a slot has not

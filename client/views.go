@@ -14,7 +14,7 @@ import (
 // View maps the artifact read-only. The view keeps the artifact's owner
 // alive until it is closed, so its bytes cannot outlive their handle. From
 // a pooled store, a slot this connection viewed before is read through its
-// cached mapping: no round trip, no mapping (see Config.MapPerView). With
+// cached mapping: no round trip, no mapping (with Config.TrackHandles, a mapping per view). With
 // Config.VerifyReads set, the view is checked as Verify does and not
 // returned if the check fails.
 func (a *Artifact) View(ctx context.Context) (*ArtifactView, error) {
@@ -35,7 +35,7 @@ func (a *Artifact) view(ctx context.Context) (*ArtifactView, error) {
 		return nil, err
 	}
 	c, size := a.c, int(ref.ByteLength)
-	cache := !c.cfg.MapPerView && size > 0
+	cache := !c.cfg.TrackHandles && size > 0
 	if err := a.take(); err != nil { // the view's reference, kept until it closes
 		return nil, err
 	}

@@ -226,8 +226,8 @@ func (w *ArtifactWriter) abandon() {
 // one round trip between them (the router finishes a seal before it reads
 // the connection's next command, so the command finds the artifact sealed;
 // if the seal fails, the command fails with the seal's error and nothing
-// is published, called or replied). Until then the artifact's Ref, View,
-// ReaderAt, ReadAll and Retain wait for the answer, and Sealed reports it.
+// is published, called or replied). Until then the artifact's View,
+// ReadAll and Retain wait for the answer, and Sealed reports it.
 // If the writer cannot close its staging file, nothing is sealed: the
 // allocation is released and the error returned.
 func (w *ArtifactWriter) Seal(ctx context.Context, opts ...SealOption) (*Artifact, error) {

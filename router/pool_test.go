@@ -147,32 +147,6 @@ func TestPoolViewsUseOneMappingPerSlot(t *testing.T) {
 	})
 }
 
-// MapPerView maps every view in pool mode too, so a read after Close is
-// refused by the handle instead of showing a later generation.
-func TestPoolMapPerView(t *testing.T) {
-	forEachTransportIn(t, open(), []store.Mode{store.ModePool}, func(t *testing.T, h *harness) {
-		ctx := ctxT(t)
-		c, err := client.Connect(ctx, h.conn(""), client.Config{ClientID: "pv", StoreRoot: h.root, MapPerView: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		data := frameBytes(7, 8192)
-		a := produce(t, c, data)
-		for range 3 {
-			v := mustMap(t, ctx, a)
-			if !bytes.Equal(v.Bytes(), data) {
-				t.Fatal("bytes differ")
-			}
-			v.Close()
-		}
-		a.Close()
-		if st := c.Stats(); st.Maps != 3 || st.Unmaps != 3 || st.CachedSlots != 0 || st.ArtifactOpens != 3 {
-			t.Fatalf("MapPerView: %+v", st)
-		}
-	})
-}
-
 // The proof the pool rests on, under load: producers publish frames of a
 // few sizes with their digest, three consumers check every byte of every
 // frame they view against the digest of the generation they were
