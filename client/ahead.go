@@ -65,7 +65,7 @@ func (a *ahead) want(k aheadKey) {
 
 // prepareWanted asks for an allocation of every size allocated since the
 // last frame went out.
-func (c *Client) prepareWanted() {
+func (c *conn) prepareWanted() {
 	a := &c.ahead
 	a.mu.Lock()
 	ks := a.wanted
@@ -78,7 +78,7 @@ func (c *Client) prepareWanted() {
 
 // prepare asks for the next allocation for k unless one is prepared or the
 // client is closing; the least recent key past limit gives its back.
-func (c *Client) prepare(k aheadKey) {
+func (c *conn) prepare(k aheadKey) {
 	a := &c.ahead
 	a.mu.Lock()
 	if a.closed || a.ready[k] != nil {
@@ -139,7 +139,7 @@ func (a *ahead) settle(p *prepared, err error) (abandoned bool) {
 // if it was answered, else when its answer arrives. Answered is decided
 // under the lock the answer is recorded under, so exactly one side
 // releases it.
-func (c *Client) abandonPrepared(p *prepared) {
+func (c *conn) abandonPrepared(p *prepared) {
 	c.ahead.mu.Lock()
 	if !p.settled {
 		p.abandoned = true
@@ -153,14 +153,14 @@ func (c *Client) abandonPrepared(p *prepared) {
 	}
 }
 
-func (c *Client) releasePrepared(p *prepared) {
+func (c *conn) releasePrepared(p *prepared) {
 	c.ahead.released.Add(1)
 	c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{p.ok.OwnerID}})
 }
 
 // closeAhead releases every prepared allocation; called as Close begins,
 // so the releases go out before the write side shuts.
-func (c *Client) closeAhead() {
+func (c *conn) closeAhead() {
 	a := &c.ahead
 	a.mu.Lock()
 	a.closed = true
@@ -185,7 +185,7 @@ func (a *ahead) preparedWriters() int {
 // allocateAhead answers an Allocate from a prepared allocation for k, if
 // one is prepared (waiting for it if its answer is still on the way). It
 // reports false when the caller must allocate itself.
-func (c *Client) allocateAhead(ctx context.Context, k aheadKey) (wire.AllocateOK, bool, error) {
+func (c *conn) allocateAhead(ctx context.Context, k aheadKey) (wire.AllocateOK, bool, error) {
 	p := c.ahead.take(k)
 	if p == nil {
 		return wire.AllocateOK{}, false, nil

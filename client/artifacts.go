@@ -109,13 +109,13 @@ func (r *refCount) dropRef() (last bool) {
 	return r.refs == 0
 }
 
-func (c *Client) holdGuard(h wire.OwnerID) *guard {
+func (c *conn) holdGuard(h wire.OwnerID) *guard {
 	return newGuard(h, func() {
 		c.fireAndForget(wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{h}})
 	})
 }
 
-func (c *Client) deliveryGuard(d wire.DeliveryID, arts attachSet) *guard {
+func (c *conn) deliveryGuard(d wire.DeliveryID, arts attachSet) *guard {
 	g := newGuard(wire.DeliveryOwner(d), func() { c.consume(d) })
 	if c.cfg.OpenAhead && c.cfg.StoreRoot != "" && len(arts) > 0 {
 		c.openAhead(g, arts)
@@ -127,7 +127,7 @@ func (c *Client) deliveryGuard(d wire.DeliveryID, arts attachSet) *guard {
 // as it arrives (the delivery owns them already), so that a View finds it
 // answered instead of making the round trip itself. A slot this
 // connection keeps mapped needs none.
-func (c *Client) openAhead(g *guard, arts attachSet) {
+func (c *conn) openAhead(g *guard, arts attachSet) {
 	sent := false
 	for i := range arts {
 		ref := arts[i].Ref
@@ -153,7 +153,7 @@ func (c *Client) openAhead(g *guard, arts attachSet) {
 // owner on the router: an explicit hold, or the delivery it arrived with.
 // Clone shares that owner; the last handle closed releases it.
 type Artifact struct {
-	c       *Client
+	c       *conn
 	ref     wire.ArtifactRef           // for a seal in flight (seal != nil), the expected one
 	seal    *oneShot[wire.ArtifactRef] // a NoWait seal's answer: the sealed reference
 	g       *guard
@@ -163,7 +163,7 @@ type Artifact struct {
 
 // newArtifact makes a handle holding one reference on g (taken by the
 // caller).
-func (c *Client) newArtifact(ref wire.ArtifactRef, g *guard) *Artifact {
+func (c *conn) newArtifact(ref wire.ArtifactRef, g *guard) *Artifact {
 	a := &Artifact{c: c, ref: ref, g: g}
 	a.cleanup = watch(c, a, "Artifact", g, g.drop)
 	return a

@@ -62,7 +62,7 @@ func wireAttachments(atts []Attachment) ([]wire.Attachment, func(), error) {
 // waiting reports the seal's error. If such a seal put its artifact
 // elsewhere than expected (a pooled store copies when a writer kept the
 // slot open), the command is sent once more with the sealed references.
-func sendAttached[T any](c *Client, atts []Attachment, send func(watts []wire.Attachment, undo func()) (T, error)) (T, error) {
+func sendAttached[T any](c *conn, atts []Attachment, send func(watts []wire.Attachment, undo func()) (T, error)) (T, error) {
 	for retried := false; ; retried = true {
 		watts, undo, err := wireAttachments(atts)
 		if err != nil {
@@ -152,8 +152,11 @@ func deliveryArtifacts(d wire.DeliveryID, atts []wire.Attachment) (attachSet, er
 
 // artifactFrom extracts a named artifact sharing a delivery's guard, for
 // the handle d (what names it in errors), refused once d is closed.
-func (c *Client) artifactFrom(d *delivered, refs attachSet, name string) (*Artifact, error) {
+func (c *conn) artifactFrom(d *delivered, refs attachSet, name string) (*Artifact, error) {
 	if err := d.live(); err != nil {
+		return nil, err
+	}
+	if err := c.stale(); err != nil {
 		return nil, err
 	}
 	ref, ok := refs.ref(name)
@@ -169,7 +172,7 @@ func (c *Client) artifactFrom(d *delivered, refs attachSet, name string) (*Artif
 // delivery is what a Message, a Request and a Result hold besides their
 // fields: one share of a delivery and the artifacts it carries.
 type delivery struct {
-	c    *Client
+	c    *conn
 	d    delivered
 	arts attachSet
 }

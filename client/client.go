@@ -86,19 +86,21 @@ type Info struct {
 	Limits         wire.Limits
 }
 
-// Client is one connection to a router, serving RPC, pub/sub and artifacts.
-// It is safe for concurrent use. Close it when done: that releases
-// everything it still holds on the router.
-type Client struct {
+// conn is one connection to a router: a Client's, for its whole life, or
+// for one stretch between losses when it reconnects (dial.go). Handles
+// made on it (messages, artifacts, calls) belong to it; subscriptions and
+// services move to the next connection.
+type conn struct {
 	// Who owns what: cfg, nc, info, kick, done and closed are set by
 	// Connect and never change (the channels are safe for concurrent use);
 	// wbuf belongs to the holder of wmu, the write token; the fields from
 	// nextMsg to anyBus are guarded by mu; discards belongs to the reader
 	// goroutine; the atomics, the slot cache and ahead guard themselves.
 
-	cfg  Config
-	nc   net.Conn
-	info Info
+	cfg        Config
+	nc         net.Conn
+	info       Info
+	reconnects bool // its Client replaces it after a loss (Dial)
 
 	wmu  sync.Mutex // the write token: its holder encodes and writes
 	wbuf []byte     // the token holder's frame buffer
@@ -166,9 +168,10 @@ type waiter struct {
 	complete func(err error)
 }
 
-// Connect performs bus.hello over nc and starts the client's reader and
-// writer. The client refuses a router whose contract digest differs.
-func Connect(ctx context.Context, nc net.Conn, cfg Config) (*Client, error) {
+// connect performs bus.hello over nc and starts the connection's reader
+// and writer. It refuses a router whose contract digest differs.
+// reconnects is set for a Client that will replace it after a loss.
+func connect(ctx context.Context, nc net.Conn, cfg Config, reconnects bool) (*conn, error) {
 	if nc == nil {
 		return nil, errors.New("flybus: Connect was given a nil connection: check the error of the call that made it " +
 			"(router.ConnectInMemory needs an open policy; use ConnectInMemoryAs under a closed one)")
@@ -201,7 +204,7 @@ func Connect(ctx context.Context, nc net.Conn, cfg Config) (*Client, error) {
 	if os.Getenv("FLYBUS_TRACK_HANDLES") == "1" {
 		cfg.TrackHandles = true
 	}
-	c := &Client{cfg: cfg, nc: nc, waiters: map[uint64]*waiter{}, services: map[string]*Service{},
+	c := &conn{cfg: cfg, nc: nc, reconnects: reconnects, waiters: map[uint64]*waiter{}, services: map[string]*Service{},
 		calls: map[wire.CallID]*PendingCall{}, subs: map[wire.SubID]*Subscription{}, kick: make(chan struct{}, 1),
 		done: make(chan struct{}), closed: make(chan struct{})}
 	switch {
@@ -250,50 +253,41 @@ func Connect(ctx context.Context, nc net.Conn, cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// ConnectUnix dials a router's socket and connects.
-func ConnectUnix(ctx context.Context, path string, cfg Config) (*Client, error) {
+// dialUnix dials a router's socket, saying what is wrong when nobody
+// listens there.
+func dialUnix(ctx context.Context, path string) (net.Conn, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unix", path)
 	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
 		return nil, fmt.Errorf("flybus: no router is listening on %s (is flybus serve running, with --listen %s?): %w", path, path, err)
 	}
-	if err != nil {
-		return nil, err
-	}
-	return Connect(ctx, nc, cfg)
+	return nc, err
 }
 
-// Info returns the negotiated session.
-func (c *Client) Info() Info { return c.info }
+func (c *conn) Info() Info { return c.info }
+
+// routerShutdown is the reason of the subscription.closed notices a router
+// sends as it shuts down.
+const routerShutdown = "router-shutdown"
 
 // Err returns why the connection ended, or nil while it is up.
-func (c *Client) Err() error {
+func (c *conn) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.lost
 }
 
 // Done is closed when the connection has ended.
-func (c *Client) Done() <-chan struct{} { return c.closed }
+func (c *conn) Done() <-chan struct{} { return c.closed }
 
-// closeTimeout bounds Close's wait for the router to let go.
-const closeTimeout = 5 * time.Second
-
-// Close flushes queued consumes and releases, waits for the replies to
-// every command already sent, shuts the connection's write side and waits
-// until the router has closed its side too: by then it has released
-// everything this connection owned and the client id can be used again at
-// once. Operations afterwards fail with ErrClosed. It gives up after 5 s
-// (see CloseContext). Idempotent.
-func (c *Client) Close() error {
+func (c *conn) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	return c.CloseContext(ctx)
 }
 
-// CloseContext is Close with a bound: when ctx ends first, the connection
-// is closed at once and an error says the router may not have let go yet.
-func (c *Client) CloseContext(ctx context.Context) error {
+// CloseContext is Client.CloseContext for this connection.
+func (c *conn) CloseContext(ctx context.Context) error {
 	c.closeAhead()
 	c.mu.Lock()
 	if c.lost == nil {
@@ -314,7 +308,7 @@ func (c *Client) CloseContext(ctx context.Context) error {
 // shutWrite ends the orderly close: the write side is shut, and the reader
 // ends when the router, having dropped this connection, closes its side.
 // A transport without half-close is closed outright.
-func (c *Client) shutWrite() {
+func (c *conn) shutWrite() {
 	c.wmu.Lock() // no write may be in progress
 	defer c.wmu.Unlock()
 	c.mu.Lock()
@@ -329,7 +323,7 @@ func (c *Client) shutWrite() {
 // fail ends the connection with err: pending commands and calls fail with
 // ErrClosed when the program closed the client, otherwise with ROUTER_LOST
 // (dispatch unknown) unless err is already one.
-func (c *Client) fail(err error) {
+func (c *conn) fail(err error) {
 	c.mu.Lock()
 	if c.lost != nil {
 		c.mu.Unlock()
@@ -339,6 +333,7 @@ func (c *Client) fail(err error) {
 		err = ErrClosed // whatever ended the connection, the program asked for it
 	}
 	c.lost = err
+	keep := c.reconnects && !c.closing // the Client moves subscriptions and services on
 	waiters := c.waiters
 	c.waiters = map[uint64]*waiter{}
 	queued := append(c.ordinary, c.control...)
@@ -370,6 +365,17 @@ func (c *Client) fail(err error) {
 	for _, p := range calls {
 		p.finish(nil, lostErr)
 	}
+	if keep {
+		// What they queued from this connection is stale: consumed here
+		// (a no-op now) instead of handed out.
+		for _, s := range services {
+			s.in.drain()
+		}
+		for _, s := range subs {
+			s.in.drain()
+		}
+		return
+	}
 	for _, s := range services {
 		s.closeQueue(lostErr)
 	}
@@ -380,11 +386,22 @@ func (c *Client) fail(err error) {
 	}
 }
 
+// stale is the error of a handle of this connection once a Dial client
+// lost it, else nil: handles that work without a round trip check it.
+func (c *conn) stale() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reconnects && c.lost != nil && !c.closing {
+		return staleHandle(notSent(c.lost))
+	}
+	return nil
+}
+
 // errControlOverflow ends a connection whose control lane is full: a
 // consume or release is never dropped, so the connection goes instead.
 var errControlOverflow = errors.New("the client's control lane overflowed (more consumes and releases queued than it holds)")
 
-func (c *Client) wakeWriter() {
+func (c *conn) wakeWriter() {
 	select {
 	case c.kick <- struct{}{}:
 	default:
@@ -419,7 +436,7 @@ type request struct {
 
 // do sends r and waits for its reply. If ctx ends first, r.orphan (when
 // set) runs with the reply once it arrives.
-func (c *Client) do(ctx context.Context, r request) error {
+func (c *conn) do(ctx context.Context, r request) error {
 	w := &waiter{op: r.op, v: r.reply, ch: make(chan error, 1), orphan: r.orphan, then: r.then}
 	if err := c.queue(r, w, false); err != nil {
 		return err
@@ -446,7 +463,7 @@ func (c *Client) do(ctx context.Context, r request) error {
 // post queues r without waiting for it: r.complete takes the outcome. A
 // control command (consumes, releases, cancels) goes ahead of ordinary
 // ones and is never refused for a closing client.
-func (c *Client) post(r request, control bool) error {
+func (c *conn) post(r request, control bool) error {
 	var w *waiter
 	if r.complete != nil {
 		w = &waiter{op: r.op, v: r.reply, complete: r.complete}
@@ -454,14 +471,17 @@ func (c *Client) post(r request, control bool) error {
 	return c.queue(r, w, control)
 }
 
-func (c *Client) queue(r request, w *waiter, control bool) error {
+func (c *conn) queue(r request, w *waiter, control bool) error {
 	it := &sendItem{op: r.op, body: r.body, atts: r.atts, w: w}
 	c.mu.Lock()
 	if c.lost != nil || c.wclosed || c.closing && !control {
-		err := c.lost
+		err, stale := c.lost, c.reconnects && c.lost != nil && !c.closing
 		c.mu.Unlock()
 		if err == nil {
 			err = ErrClosed
+		}
+		if stale {
+			return staleHandle(notSent(err))
 		}
 		return notSent(err)
 	}
@@ -485,7 +505,7 @@ func (c *Client) queue(r request, w *waiter, control bool) error {
 }
 
 // consume queues delivery.consumed for d, batched by the writer.
-func (c *Client) consume(d wire.DeliveryID) {
+func (c *conn) consume(d wire.DeliveryID) {
 	c.mu.Lock()
 	if c.lost != nil || c.wclosed {
 		c.mu.Unlock()
@@ -505,14 +525,14 @@ func (c *Client) consume(d wire.DeliveryID) {
 
 // fireAndForget queues a control command whose reply only matters when it
 // is a refusal; refusals are counted in ControlErrors.
-func (c *Client) fireAndForget(op wire.Op, body wire.Body) {
+func (c *conn) fireAndForget(op wire.Op, body wire.Body) {
 	_ = c.post(request{op: op, body: body}, true)
 }
 
 // writeLoop flushes on behalf of goroutines that must not block on the
 // socket (Close methods queueing consumes and releases, the reader's orphan
 // handling), and performs the orderly close.
-func (c *Client) writeLoop() {
+func (c *conn) writeLoop() {
 	defer c.wg.Done()
 	for {
 		select {
@@ -537,7 +557,7 @@ func (c *Client) writeLoop() {
 // goroutine is writing already: that one rechecks the queues after its
 // write, so nothing queued before this call is left behind. Command ids are
 // assigned by the writer, so they increase in write order.
-func (c *Client) flush() error {
+func (c *conn) flush() error {
 	for {
 		if !c.wmu.TryLock() {
 			return nil
@@ -572,7 +592,7 @@ const drainGrace = time.Second
 // reader drain first: a router that closed (a full router refusing a new
 // connection) may have said why in a connection.closing still waiting in
 // the receive buffer, and that reason beats "broken pipe".
-func (c *Client) writeFailed(err error) {
+func (c *conn) writeFailed(err error) {
 	c.mu.Lock()
 	if c.lost != nil || c.writeErr != nil {
 		c.mu.Unlock()
@@ -585,13 +605,13 @@ func (c *Client) writeFailed(err error) {
 	}
 }
 
-func (c *Client) pendingLocked() bool {
+func (c *conn) pendingLocked() bool {
 	return len(c.consumes)+len(c.control)+len(c.ordinary) > 0
 }
 
 // takeFrames encodes the queued commands, control first: consumes in
 // batches of MaxBatch, then releases and cancels, then ordinary commands.
-func (c *Client) takeFrames(buf []byte) ([]byte, error) {
+func (c *conn) takeFrames(buf []byte) ([]byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.lost != nil {
@@ -624,7 +644,7 @@ func (c *Client) takeFrames(buf []byte) ([]byte, error) {
 
 // appendCommand assigns the next command id, registers the waiter and
 // encodes the frame. Called with c.mu held.
-func (c *Client) appendCommand(buf []byte, it *sendItem) []byte {
+func (c *conn) appendCommand(buf []byte, it *sendItem) []byte {
 	c.nextMsg++
 	w := it.w
 	if w == nil {

@@ -23,6 +23,12 @@ var (
 	// was closed, or its client ended (the error then also matches ErrClosed
 	// or wire.ErrRouterLost).
 	ErrSubscriptionClosed = errors.New("flybus: subscription closed")
+	// ErrStaleHandle is returned by a handle made on a connection that a
+	// Dial client has since lost (its messages, requests, results,
+	// artifacts, writers and calls belong to that connection; its
+	// subscriptions and services move on). It also matches ROUTER_LOST,
+	// not dispatched.
+	ErrStaleHandle = errors.New("flybus: the handle belongs to a lost connection")
 	// ErrWriterDone is returned by an ArtifactWriter after Seal or Close.
 	ErrWriterDone = errors.New("flybus: artifact writer already sealed or closed")
 	// ErrNoAttachment is returned for a name the delivery does not carry.
@@ -92,4 +98,11 @@ func notSent(err error) error {
 		msg += "; not sent"
 	}
 	return &wire.BusError{Code: be.Code, Dispatch: wire.NotDispatched, Message: msg}
+}
+
+// staleHandle is err for a command made through a handle of a connection
+// its Client has replaced, or is replacing.
+func staleHandle(err error) error {
+	return &handleError{msg: "flybus: this handle belongs to a connection that was lost (the client reconnects on its own); not sent",
+		kinds: []error{ErrStaleHandle}, cause: err}
 }

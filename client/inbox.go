@@ -100,6 +100,19 @@ func (b *inbox[T]) close(err error) {
 	}
 }
 
+// drain closes every item nobody took and keeps the inbox open: a
+// reconnecting client's subscription drops what its lost connection
+// queued and goes on with the next one's.
+func (b *inbox[T]) drain() {
+	b.mu.Lock()
+	q := b.queue
+	b.queue = nil
+	b.mu.Unlock()
+	for _, v := range q {
+		v.Close()
+	}
+}
+
 // handleEach hands what next yields to handle, one at a time, and closes
 // each when handle returns, panicking or not, so no delivery outlives its
 // handler unnoticed. It ends with nil once the program ended delivery (ctx,

@@ -34,7 +34,7 @@ type leak struct {
 // place among the client's open handles. The zero value is a handle made
 // already closed, which has nothing to stop.
 type handleWatch struct {
-	c       *Client
+	c       *conn
 	cleanup runtime.Cleanup
 	rec     *handleRec
 }
@@ -51,12 +51,12 @@ func (w *handleWatch) Stop() {
 
 // watch registers h's safety net and counts h open. g is the guard h holds
 // a reference on, if any: it ties the handle to a subscription's credit.
-func watch[T any](c *Client, h *T, handle string, g *guard, release func()) handleWatch {
+func watch[T any](c *conn, h *T, handle string, g *guard, release func()) handleWatch {
 	rec := c.handles.add(handle, g)
 	return handleWatch{c: c, rec: rec, cleanup: runtime.AddCleanup(h, c.leaked, leak{handle: handle, rec: rec, release: release})}
 }
 
-func (c *Client) leaked(l leak) {
+func (c *conn) leaked(l leak) {
 	c.handles.forget(l.rec)
 	if c.Err() != nil {
 		return // the connection has ended: the router released everything
@@ -237,13 +237,15 @@ type Stats struct {
 	PreparedWriters  int
 	AllocatedAhead   uint64
 	PreparedReleased uint64
-	// OpenedAhead counts views and readers that found their read location
-	// asked for when the delivery arrived (Config.OpenAhead).
+	// OpenedAhead counts views that found their read location asked for
+	// when the delivery arrived (Config.OpenAhead).
 	OpenedAhead uint64
+	// Reconnects counts the connections a Dial client made after a loss.
+	Reconnects uint64
 }
 
-// Stats returns the client's counters.
-func (c *Client) Stats() Stats {
+// Stats returns the connection's counters.
+func (c *conn) Stats() Stats {
 	cached, hits, maps, unmaps := c.slots.cacheStats()
 	return Stats{Leaked: c.leaks.Load(), StalledSubscriptions: c.stall.reported.Load(), ControlErrors: c.controlErrors.Load(),
 		ArtifactOpens: c.artifactOpens.Load(), Maps: c.maps.Load() + maps, Unmaps: c.unmaps.Load() + unmaps,

@@ -31,8 +31,8 @@ func TestCloseRacingAnOutcomeGivesItBackOnce(t *testing.T) {
 		t.Run("PendingCall/"+m.name, func(t *testing.T) {
 			var released atomic.Int32
 			g := &guard{refCount: refCount{refs: 1}, release: func() { released.Add(1) }}
-			res := &Result{delivery: delivery{c: c, d: delivered{what: "result", g: g}}}
-			p := &PendingCall{c: c, id: 1, out: oneShot[*Result]{done: make(chan struct{})}}
+			res := &Result{delivery: delivery{c: c.cur, d: delivered{what: "result", g: g}}}
+			p := &PendingCall{c: c.cur, id: 1, out: oneShot[*Result]{done: make(chan struct{})}}
 			keep := true
 			settle := func() { keep = p.settle(res, nil) }
 			done := func() { // what finish does after settling
@@ -48,7 +48,7 @@ func TestCloseRacingAnOutcomeGivesItBackOnce(t *testing.T) {
 			}
 		})
 		t.Run("Prepared/"+m.name, func(t *testing.T) {
-			a := &c.ahead
+			a := &c.cur.ahead
 			before := a.released.Load()
 			p := &prepared{out: oneShot[wire.AllocateOK]{done: make(chan struct{})},
 				ok: wire.AllocateOK{Allocation: wire.Allocation{ArtifactID: 1, Generation: 1, OwnerID: wire.HoldOwner(9)}}}
@@ -56,11 +56,11 @@ func TestCloseRacingAnOutcomeGivesItBackOnce(t *testing.T) {
 			settle := func() { abandoned = a.settle(p, nil) }
 			done := func() { // what the reader does after settling
 				if abandoned {
-					c.releasePrepared(p)
+					c.cur.releasePrepared(p)
 				}
 			}
 			m.before(settle, done)
-			c.abandonPrepared(p)
+			c.cur.abandonPrepared(p)
 			m.behind(settle, done)
 			if n := a.released.Load() - before; n != 1 {
 				t.Fatalf("the allocation was released %d times, want once", n)

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 
 	"github.com/flybus/flybus/wire"
@@ -13,9 +14,7 @@ type TopicInfo struct {
 	Incarnation wire.TopicInc
 }
 
-// DeclareTopic declares name with its retention. Redeclaring with the same
-// retention is allowed; a different one fails with CONFLICT.
-func (c *Client) DeclareTopic(ctx context.Context, name string, retained wire.Retention) (TopicInfo, error) {
+func (c *conn) DeclareTopic(ctx context.Context, name string, retained wire.Retention) (TopicInfo, error) {
 	// On an error the reply value is not read: a late reply may still be
 	// decoding into it.
 	var ok wire.DeclareOK
@@ -25,9 +24,7 @@ func (c *Client) DeclareTopic(ctx context.Context, name string, retained wire.Re
 	return TopicInfo{Declared: ok.Declared, Incarnation: ok.TopicIncarnation}, nil
 }
 
-// ClearTopic releases the topic's retained value; it reports whether there
-// was one. Deliveries already made stay valid.
-func (c *Client) ClearTopic(ctx context.Context, name string) (bool, error) {
+func (c *conn) ClearTopic(ctx context.Context, name string) (bool, error) {
 	var ok wire.Cleared
 	if err := c.do(ctx, request{op: wire.OpTopicClear, body: &wire.TopicName{Name: name}, reply: &ok}); err != nil {
 		return false, err
@@ -35,9 +32,7 @@ func (c *Client) ClearTopic(ctx context.Context, name string) (bool, error) {
 	return ok.Cleared, nil
 }
 
-// DeleteTopic deletes a topic without subscribers (CONFLICT otherwise); it
-// reports false for a topic that did not exist.
-func (c *Client) DeleteTopic(ctx context.Context, name string) (bool, error) {
+func (c *conn) DeleteTopic(ctx context.Context, name string) (bool, error) {
 	var ok wire.Deleted
 	if err := c.do(ctx, request{op: wire.OpTopicDelete, body: &wire.TopicName{Name: name}, reply: &ok}); err != nil {
 		return false, err
@@ -53,9 +48,7 @@ type PublishReceipt struct {
 	Replaced      uint64
 }
 
-// Publish admits one message to topic; payload is any JSON-object value or
-// RawJSON, atts the artifacts it carries (fan-out adds owners, never bytes).
-func (c *Client) Publish(ctx context.Context, topic string, payload any, atts ...Attachment) (PublishReceipt, error) {
+func (c *conn) Publish(ctx context.Context, topic string, payload any, atts ...Attachment) (PublishReceipt, error) {
 	raw, err := encodePayload(payload)
 	if err != nil {
 		return PublishReceipt{}, err
@@ -72,9 +65,13 @@ func (c *Client) Publish(ctx context.Context, topic string, payload any, atts ..
 
 // Subscription receives one topic's messages.
 type Subscription struct {
-	c           *Client
+	cur   atomic.Pointer[conn] // the connection it is a subscription of
+	owner *Client              // a Dial client that subscribes it again after a loss, or nil
+	topic string
+	opts  subscribeOpts
+
+	mu          sync.Mutex // guards id and incarnation, which change when it moves
 	id          wire.SubID
-	topic       string
 	incarnation wire.TopicInc
 
 	in     inbox[*Message]
@@ -82,36 +79,58 @@ type Subscription struct {
 	closed atomic.Bool
 }
 
-// Subscribe subscribes to a declared topic (NO_TOPIC otherwise).
-func (c *Client) Subscribe(ctx context.Context, topic string, opts ...SubscribeOption) (*Subscription, error) {
-	cfg := subscribeOptions(opts)
-	s := &Subscription{c: c, topic: topic, in: newInbox[*Message]()}
+func (c *conn) Subscribe(ctx context.Context, topic string, opts ...SubscribeOption) (*Subscription, error) {
+	s := &Subscription{topic: topic, opts: subscribeOptions(opts), in: newInbox[*Message]()}
+	s.cur.Store(c)
 	if c.stall.after > 0 {
-		s.cr.limit = cfg.inFlight
+		s.cr.limit = s.opts.inFlight
 	}
-	var ok wire.SubscribeOK
-	register := func() {
-		s.id, s.incarnation = ok.SubscriptionID, ok.TopicIncarnation
-		c.mu.Lock()
-		c.subs[s.id] = s
-		c.mu.Unlock()
-	}
-	err := c.do(ctx, request{op: wire.OpSubscribe, body: &wire.Subscribe{Topic: topic, Mode: cfg.mode,
-		MaxQueued: uint32(cfg.queued), MaxInFlight: uint32(cfg.inFlight), ReplayLatest: cfg.replay}, reply: &ok, orphan: func(err error) {
-		if err == nil { // subscribed after the caller gave up
-			s.Close()
-		}
-	}, then: register})
-	if err != nil {
+	if err := c.subscribe(ctx, s); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// ID, Topic and TopicIncarnation identify the subscription.
-func (s *Subscription) ID() wire.SubID                  { return s.id }
-func (s *Subscription) Topic() string                   { return s.topic }
-func (s *Subscription) TopicIncarnation() wire.TopicInc { return s.incarnation }
+// subscribe makes s a subscription of c: at Subscribe, and for a Dial
+// client again on each connection after a loss.
+func (c *conn) subscribe(ctx context.Context, s *Subscription) error {
+	var ok wire.SubscribeOK
+	register := func() {
+		s.mu.Lock()
+		s.id, s.incarnation = ok.SubscriptionID, ok.TopicIncarnation
+		s.mu.Unlock()
+		s.cur.Store(c)
+		c.mu.Lock()
+		c.subs[ok.SubscriptionID] = s
+		c.mu.Unlock()
+	}
+	o := s.opts
+	return c.do(ctx, request{op: wire.OpSubscribe, body: &wire.Subscribe{Topic: s.topic, Mode: o.mode,
+		MaxQueued: uint32(o.queued), MaxInFlight: uint32(o.inFlight), ReplayLatest: o.replay}, reply: &ok, orphan: func(err error) {
+		if err == nil { // subscribed after the caller gave up: undo it
+			dropEntry(&c.mu, &c.subs, ok.SubscriptionID, s)
+			c.fireAndForget(wire.OpUnsubscribe, &wire.Unsubscribe{SubscriptionID: ok.SubscriptionID})
+		}
+	}, then: register})
+}
+
+func (s *Subscription) conn() *conn { return s.cur.Load() }
+
+// ID, Topic and TopicIncarnation identify the subscription. A Dial
+// client's subscription gets a new ID and incarnation on each connection.
+func (s *Subscription) ID() wire.SubID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.id
+}
+
+func (s *Subscription) Topic() string { return s.topic }
+
+func (s *Subscription) TopicIncarnation() wire.TopicInc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.incarnation
+}
 
 // TryNext returns a message already received, without waiting; nothing
 // once the subscription is closed.
@@ -163,8 +182,12 @@ func (s *Subscription) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	dropEntry(&s.c.mu, &s.c.subs, s.id, s)
-	s.c.fireAndForget(wire.OpUnsubscribe, &wire.Unsubscribe{SubscriptionID: s.id})
+	if s.owner != nil {
+		s.owner.forget(s)
+	}
+	c, id := s.conn(), s.ID()
+	dropEntry(&c.mu, &c.subs, id, s)
+	c.fireAndForget(wire.OpUnsubscribe, &wire.Unsubscribe{SubscriptionID: id})
 	s.closeQueue(closedHandle("subscription", ErrSubscriptionClosed))
 	return nil
 }
@@ -184,7 +207,7 @@ func (m *Message) Decode(v any) error {
 	return m.d.decode(m.Payload, v)
 }
 
-func (c *Client) onMessage(w *wire.TopicMessage, arts attachSet) error {
+func (c *conn) onMessage(w *wire.TopicMessage, arts attachSet) error {
 	g := c.deliveryGuard(w.DeliveryID, arts)
 	m := &Message{Topic: w.Topic,
 		TopicIncarnation: w.TopicIncarnation, TopicSequence: w.TopicSequence, Replaced: w.Replaced,

@@ -11,7 +11,7 @@ import (
 // on user code: replies complete waiters, deliveries go onto per-handle
 // queues, notices settle calls. Any violation of the router's side of the
 // protocol closes the connection.
-func (c *Client) readLoop() {
+func (c *conn) readLoop() {
 	defer c.wg.Done()
 	fr := wire.NewFrameReader(c.nc)
 	var dec wire.Decoder
@@ -39,7 +39,7 @@ func (c *Client) readLoop() {
 	}
 }
 
-func (c *Client) dispatch(env *wire.Envelope) error {
+func (c *conn) dispatch(env *wire.Envelope) error {
 	if env.Major != wire.Major || env.Minor != wire.Minor {
 		return errors.New("router envelope is not version 1.0")
 	}
@@ -70,7 +70,7 @@ func (c *Client) dispatch(env *wire.Envelope) error {
 	return errors.New("router sent a command")
 }
 
-func (c *Client) onReply(env *wire.Envelope) error {
+func (c *conn) onReply(env *wire.Envelope) error {
 	c.mu.Lock()
 	w := c.waiters[uint64(env.ReplyTo.V)]
 	delete(c.waiters, uint64(env.ReplyTo.V))
@@ -129,7 +129,7 @@ func (c *Client) onReply(env *wire.Envelope) error {
 
 // discardFor returns a reader-owned decode target for replies nobody waits
 // for, so they are still checked strictly without allocating.
-func (c *Client) discardFor(op wire.Op) wire.Body {
+func (c *conn) discardFor(op wire.Op) wire.Body {
 	if v := c.discards[op]; v != nil {
 		return v
 	}
@@ -145,7 +145,7 @@ func (c *Client) discardFor(op wire.Op) wire.Body {
 	return &wire.Released{}
 }
 
-func (c *Client) onDelivery(env *wire.Envelope) error {
+func (c *conn) onDelivery(env *wire.Envelope) error {
 	switch env.Op {
 	case wire.OpRPCRequest:
 		return deliver(env, func(r *wire.Request) wire.DeliveryID { return r.DeliveryID }, c.onRequest)
@@ -174,7 +174,7 @@ func deliver[T any, P interface {
 	return on(b, arts)
 }
 
-func (c *Client) onNotice(env *wire.Envelope) error {
+func (c *conn) onNotice(env *wire.Envelope) error {
 	switch env.Op {
 	case wire.OpCallFailed:
 		var n wire.CallFailed
@@ -193,6 +193,9 @@ func (c *Client) onNotice(env *wire.Envelope) error {
 		var n wire.SubscriptionClosed
 		if err := env.DecodeBody(&n); err != nil {
 			return err
+		}
+		if c.reconnects && n.Reason == routerShutdown {
+			break // the connection ends next; the subscription moves to the next one
 		}
 		if s := takeEntry(&c.mu, &c.subs, n.SubscriptionID); s != nil {
 			s.ended(n.Reason)

@@ -46,32 +46,43 @@ func encodePayload(v any) (wire.RawJSON, error) {
 
 // Service is a registered endpoint. Next yields its requests.
 type Service struct {
-	c           *Client
-	name        string
+	cur   atomic.Pointer[conn] // the connection it is registered on
+	owner *Client              // a Dial client that registers it again after a loss, or nil
+	name  string
+	opts  serviceOpts
+
+	mu          sync.Mutex // guards incarnation, new on each registration
 	incarnation wire.ServiceInc
 
 	in     inbox[*Request]
 	closed atomic.Bool
 }
 
-// Register claims an exclusive service name. Queued and InFlight bound its
-// calls waiting for dispatch and its requests not yet replied to (16
-// each by default).
-func (c *Client) Register(ctx context.Context, name string, opts ...ServiceOption) (*Service, error) {
-	cfg := serviceOptions(opts)
-	s := &Service{c: c, name: name, in: newInbox[*Request]()}
+func (c *conn) Register(ctx context.Context, name string, opts ...ServiceOption) (*Service, error) {
+	s := &Service{name: name, opts: serviceOptions(opts), in: newInbox[*Request]()}
+	s.cur.Store(c)
+	if err := c.register(ctx, s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// register registers s on c: at Register, and for a Dial client again on
+// each connection after a loss.
+func (c *conn) register(ctx context.Context, s *Service) error {
+	name := s.name
 	var ok wire.RegisterOK
 	// Deliveries may follow the reply at once: install the service under
 	// its name before sending, and remove it if registration fails.
 	c.mu.Lock()
 	if c.services[name] != nil {
 		c.mu.Unlock()
-		return nil, wire.NewError(wire.ErrConflict, 0, "service %s is already registered by this client", name)
+		return wire.NewError(wire.ErrConflict, 0, "service %s is already registered by this client", name)
 	}
 	c.services[name] = s
 	c.mu.Unlock()
 	err := c.do(ctx, request{op: wire.OpServiceRegister, body: &wire.Register{Name: name,
-		MaxQueued: uint32(cfg.queued), MaxInFlight: uint32(cfg.inFlight)}, reply: &ok, orphan: func(err error) {
+		MaxQueued: uint32(s.opts.queued), MaxInFlight: uint32(s.opts.inFlight)}, reply: &ok, orphan: func(err error) {
 		if err == nil { // registered after the caller gave up: undo it
 			c.fireAndForget(wire.OpServiceUnregister, &wire.Unregister{Name: name, ServiceIncarnation: ok.ServiceIncarnation})
 		}
@@ -81,15 +92,27 @@ func (c *Client) Register(ctx context.Context, name string, opts ...ServiceOptio
 		if !isCtxErr(err) {
 			dropEntry(&c.mu, &c.services, name, s)
 		}
-		return nil, err
+		return err
 	}
+	s.mu.Lock()
 	s.incarnation = ok.ServiceIncarnation
-	return s, nil
+	s.mu.Unlock()
+	s.cur.Store(c)
+	return nil
 }
 
-// Name and Incarnation identify the registration; callers pin Incarnation.
-func (s *Service) Name() string                 { return s.name }
-func (s *Service) Incarnation() wire.ServiceInc { return s.incarnation }
+func (s *Service) conn() *conn { return s.cur.Load() }
+
+// Name and Incarnation identify the registration; callers pin
+// Incarnation. A Dial client's service gets a new incarnation on each
+// connection.
+func (s *Service) Name() string { return s.name }
+
+func (s *Service) Incarnation() wire.ServiceInc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.incarnation
+}
 
 // Next waits for the next request. It fails with ErrHandleClosed after the
 // service's Close, ErrClosed after the client's, and ROUTER_LOST when the
@@ -100,7 +123,7 @@ func (s *Service) Next(ctx context.Context) (*Request, error) {
 	}
 	req, err := s.in.next(ctx)
 	if err == nil {
-		s.c.handles.handedOut(req.d.cleanup.rec)
+		req.c.handles.handedOut(req.d.cleanup.rec)
 	}
 	return req, err
 }
@@ -112,7 +135,7 @@ func (s *Service) TryNext() (*Request, bool) {
 	}
 	req, ok := s.in.tryNext()
 	if ok {
-		s.c.handles.handedOut(req.d.cleanup.rec)
+		req.c.handles.handedOut(req.d.cleanup.rec)
 	}
 	return req, ok
 }
@@ -136,13 +159,17 @@ func (s *Service) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	dropEntry(&s.c.mu, &s.c.services, s.name, s)
-	s.c.fireAndForget(wire.OpServiceUnregister, &wire.Unregister{Name: s.name, ServiceIncarnation: s.incarnation})
+	if s.owner != nil {
+		s.owner.forget(s)
+	}
+	c := s.conn()
+	dropEntry(&c.mu, &c.services, s.name, s)
+	c.fireAndForget(wire.OpServiceUnregister, &wire.Unregister{Name: s.name, ServiceIncarnation: s.Incarnation()})
 	s.closeQueue(closedHandle("service"))
 	return nil
 }
 
-func (c *Client) onRequest(r *wire.Request, arts attachSet) error {
+func (c *conn) onRequest(r *wire.Request, arts attachSet) error {
 	c.mu.Lock()
 	s := c.services[r.Target]
 	c.mu.Unlock()
@@ -175,7 +202,7 @@ type Request struct {
 // replyCap is a call's right to reply, shared by its Request and
 // Responders: the last of them to close without a reply releases the call.
 type replyCap struct {
-	c    *Client
+	c    *conn
 	rcap wire.ReplyCapability
 
 	refCount // its mu guards replied too
@@ -292,7 +319,7 @@ func (r *Result) Decode(v any) error {
 
 // PendingCall is an admitted call awaiting its one terminal outcome.
 type PendingCall struct {
-	c           *Client
+	c           *conn
 	id          wire.CallID
 	incarnation wire.ServiceInc
 
@@ -402,10 +429,7 @@ func (p *PendingCall) Close() error {
 	return nil
 }
 
-// Call admits a call of method to target. payload is any JSON-object
-// value, or RawJSON; opts are the call's attachments (Attach) and, to reach
-// only one incarnation of the service, Pin.
-func (c *Client) Call(ctx context.Context, target, method string, payload any, opts ...CallOption) (*PendingCall, error) {
+func (c *conn) Call(ctx context.Context, target, method string, payload any, opts ...CallOption) (*PendingCall, error) {
 	raw, err := encodePayload(payload)
 	if err != nil {
 		return nil, err
@@ -418,7 +442,7 @@ func (c *Client) Call(ctx context.Context, target, method string, payload any, o
 
 // call admits one call with attachments in wire form; undo gives back the
 // owners they hold, when the router's answer comes after ctx ended.
-func (c *Client) call(ctx context.Context, target string, pin wire.ServiceInc, method string, raw wire.RawJSON,
+func (c *conn) call(ctx context.Context, target string, pin wire.ServiceInc, method string, raw wire.RawJSON,
 	watts []wire.Attachment, undo func()) (*PendingCall, error) {
 	p := &PendingCall{c: c, out: oneShot[*Result]{done: make(chan struct{})}}
 	body := &wire.Call{Target: target, Method: method, Payload: raw}
@@ -456,9 +480,7 @@ func (c *Client) call(ctx context.Context, target string, pin wire.ServiceInc, m
 	return p, nil
 }
 
-// CallAndWait calls and waits for the result. If ctx ends first the call is
-// abandoned (best-effort cancel) and ctx's error returned.
-func (c *Client) CallAndWait(ctx context.Context, target, method string, payload any, opts ...CallOption) (*Result, error) {
+func (c *conn) CallAndWait(ctx context.Context, target, method string, payload any, opts ...CallOption) (*Result, error) {
 	p, err := c.Call(ctx, target, method, payload, opts...)
 	if err != nil {
 		return nil, err
@@ -476,7 +498,7 @@ func isCtxErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-func (c *Client) onResult(r *wire.Result, arts attachSet) error {
+func (c *conn) onResult(r *wire.Result, arts attachSet) error {
 	p := takeEntry(&c.mu, &c.calls, r.CallID)
 	g := c.deliveryGuard(r.DeliveryID, arts)
 	res := &Result{Responder: r.Responder,

@@ -84,7 +84,7 @@ type stallWatch struct {
 
 // armStallCheck schedules a check at at, unless one is scheduled already: deadlines
 // only grow (now plus the bound), so that one comes no later.
-func (c *Client) armStallCheck(at time.Time) {
+func (c *conn) armStallCheck(at time.Time) {
 	w := &c.stall
 	if w.armed.Load() {
 		return
@@ -95,7 +95,7 @@ func (c *Client) armStallCheck(at time.Time) {
 }
 
 // armStallCheckLocked schedules a check at at, or keeps an earlier one.
-func (c *Client) armStallCheckLocked(at time.Time) {
+func (c *conn) armStallCheckLocked(at time.Time) {
 	w := &c.stall
 	if w.stopped || w.armed.Load() && !at.Before(w.due) {
 		return
@@ -110,7 +110,7 @@ func (c *Client) armStallCheckLocked(at time.Time) {
 }
 
 // stopStallChecks stops the timer for good: the connection has ended.
-func (c *Client) stopStallChecks() {
+func (c *conn) stopStallChecks() {
 	w := &c.stall
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -124,7 +124,7 @@ func (c *Client) stopStallChecks() {
 // held for the bound and schedules the next check for the earliest episode
 // still short of it. Without such an episode nothing is scheduled: a new
 // one arms the timer itself.
-func (c *Client) checkStalls() {
+func (c *conn) checkStalls() {
 	w := &c.stall
 	w.mu.Lock()
 	if w.stopped {
@@ -157,7 +157,7 @@ func (c *Client) checkStalls() {
 	}
 }
 
-func (c *Client) reportStall(s *Subscription, held int, lasted time.Duration) {
+func (c *conn) reportStall(s *Subscription, held int, lasted time.Duration) {
 	if c.Err() != nil {
 		return
 	}
@@ -180,7 +180,7 @@ func (c *Client) reportStall(s *Subscription, held int, lasted time.Duration) {
 // handOut marks m as the program's: it holds one of s's credits until its
 // delivery is consumed.
 func (s *Subscription) handOut(m *Message) {
-	c := s.c
+	c := s.conn()
 	c.handles.handedOut(m.d.cleanup.rec)
 	if s.cr.limit == 0 || !m.d.g.holdOn(s) {
 		return

@@ -135,8 +135,8 @@ func TestStalledSubscriptionIsReportedOncePerEpisode(t *testing.T) {
 		t.Fatalf("StalledSubscriptions %d, want 1", n)
 	}
 	// Later checks within the episode find nothing new to report.
-	c.checkStalls()
-	c.checkStalls()
+	c.cur.checkStalls()
+	c.cur.checkStalls()
 	logs.none(t)
 
 	m1.Close()
@@ -153,7 +153,7 @@ func TestStalledSubscriptionIsReportedOncePerEpisode(t *testing.T) {
 	}
 	m2.Close()
 	m3.Close()
-	c.checkStalls()
+	c.cur.checkStalls()
 	logs.none(t)
 }
 
@@ -188,9 +188,9 @@ func TestHeldCreditsCountWhatTheProgramHolds(t *testing.T) {
 		if held, full := heldCredits(s); held != 0 || full {
 			t.Fatalf("after closing every message: %d held, full %v", held, full)
 		}
-		c.stall.mu.Lock()
-		armed := c.stall.timer != nil
-		c.stall.mu.Unlock()
+		c.cur.stall.mu.Lock()
+		armed := c.cur.stall.timer != nil
+		c.cur.stall.mu.Unlock()
 		if armed {
 			t.Fatal("the stall timer was armed although no subscription was ever fully held")
 		}
@@ -212,7 +212,7 @@ func TestHeldCreditsCountWhatTheProgramHolds(t *testing.T) {
 		if held, full := heldCredits(s); held != 2 || !full {
 			t.Fatalf("two messages taken: %d held, full %v", held, full)
 		}
-		if !c.stall.armed.Load() {
+		if !c.cur.stall.armed.Load() {
 			t.Fatal("a fully held subscription did not arm the stall check")
 		}
 		// The third is still queued; closing the subscription closes it
@@ -247,9 +247,9 @@ func TestHeldCreditsCountWhatTheProgramHolds(t *testing.T) {
 		if held, full := heldCredits(s); held != 0 || full {
 			t.Fatalf("watch off: %d held, full %v", held, full)
 		}
-		c.checkStalls()
+		c.cur.checkStalls()
 		logs.none(t)
-		if c.stall.armed.Load() || c.Stats().StalledSubscriptions != 0 {
+		if c.cur.stall.armed.Load() || c.Stats().StalledSubscriptions != 0 {
 			t.Fatal("the watch ran although HeldCreditsWarnAfter is negative")
 		}
 	})
@@ -259,7 +259,7 @@ func TestHeldCreditsCountWhatTheProgramHolds(t *testing.T) {
 func TestTrackHandlesFromTheEnvironment(t *testing.T) {
 	t.Setenv("FLYBUS_TRACK_HANDLES", "1")
 	c, _ := connectGood(t)
-	if !c.handles.track {
+	if !c.cur.handles.track {
 		t.Fatal("FLYBUS_TRACK_HANDLES=1 did not turn handle tracking on")
 	}
 }

@@ -206,7 +206,7 @@ func TestVerifyReadsConfig(t *testing.T) {
 			}
 			// The failed views were closed: only the two artifacts are
 			// open, and closing them releases everything.
-			if n := c.handles.open.Load(); n != 2 {
+			if n := c.cur.handles.open.Load(); n != 2 {
 				t.Fatalf("%d handles open, want the 2 artifacts", n)
 			}
 			a.Close()

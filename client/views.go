@@ -93,7 +93,7 @@ type ArtifactView struct {
 	m       *mmap.View // its own mapping, or
 	sm      *slotMap   // the cached slot mapping data slices
 	data    []byte
-	c       *Client
+	c       *conn
 	g       *guard
 	closed  atomic.Bool
 	cleanup handleWatch

@@ -18,9 +18,7 @@ import (
 var ErrNoStoreRoot = errors.New("flybus: artifacts need Config.StoreRoot, the directory the router keeps its store under " +
 	"(flybus serve --store DIR; a client connected in memory learns it from its router)")
 
-// Allocate reserves a staging file of exactly n bytes (unwritten bytes
-// read as zeros) and returns its unique writer.
-func (c *Client) Allocate(ctx context.Context, n int64, contentType string) (*ArtifactWriter, error) {
+func (c *conn) Allocate(ctx context.Context, n int64, contentType string) (*ArtifactWriter, error) {
 	if c.cfg.StoreRoot == "" {
 		return nil, ErrNoStoreRoot
 	}
@@ -68,7 +66,7 @@ func (c *Client) Allocate(ctx context.Context, n int64, contentType string) (*Ar
 
 // locationError explains a location the client could not open: the router
 // went away with its store, or the client looks under the wrong root.
-func (c *Client) locationError(loc wire.Location, err error) error {
+func (c *conn) locationError(loc wire.Location, err error) error {
 	if lost := c.Err(); lost != nil {
 		return lostError(lost)
 	}
@@ -83,7 +81,7 @@ func (c *Client) locationError(loc wire.Location, err error) error {
 // writable lifetime, Close abandons it. Write and WriteAt (pwrite) are the
 // fastest way to fill; Bytes maps the file for rendering in place.
 type ArtifactWriter struct {
-	c           *Client
+	c           *conn
 	alloc       wire.Allocation // its generation: 1 in a files store, the slot's use in a pool store
 	size        int64
 	contentType string

@@ -130,7 +130,7 @@ func TestWriterReleasesWhenClosingItsFileFails(t *testing.T) {
 				waitReleased(t, ctx, r, c)
 				// The handle is closed: its safety net is stopped, so it
 				// cannot release (or log) anything when collected.
-				if n := c.handles.open.Load(); n != 0 {
+				if n := c.cur.handles.open.Load(); n != 0 {
 					t.Fatalf("%d handles still open: the writer's safety net is armed", n)
 				}
 				if err := w.Close(); err != nil {
