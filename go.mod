@@ -8,7 +8,10 @@ require github.com/goccy/go-json v0.12.0
 
 require github.com/klauspost/cpuid/v2 v2.4.2
 
-require github.com/edsrzf/mmap-go v1.2.0
+require (
+	github.com/edsrzf/mmap-go v1.2.0
+	github.com/klauspost/compress v1.20.4
+)
 
 require github.com/kylelemons/godebug v1.1.0 // indirect
 

@@ -23,6 +23,9 @@ var walkSteps = []walkStep{
 		"      --save-artifacts /tmp/flybus-frames --store /dev/shm/flybus &\n"},
 	{"pub", "  flybus pub /tmp/flybus.sock cam.frames '{\"frame\":1}' \\\n" +
 		"      --artifact note=/etc/os-release --store /dev/shm/flybus\n"},
+	{"record", "  flybus record /tmp/flybus.sock cam.frames --replay --count 1 -o /tmp/flybus-run.mcap --store /dev/shm/flybus\n"},
+	{"record", "  flybus record info /tmp/flybus-run.mcap\n"},
+	{"play", "  flybus play /tmp/flybus-run.mcap /tmp/flybus.sock --store /dev/shm/flybus\n"},
 	{"call", "  flybus call /tmp/flybus-agent.sock agent.echo Echo '{\"n\":1}'\n" +
 		"      # connects as agent-a, the socket's id; NO_SERVICE until a program registers agent.echo\n"},
 	{"stats", "  flybus stats --metrics http://127.0.0.1:9100\n"},

@@ -12,7 +12,12 @@ var allowed = []string{
 	"github.com/edsrzf/mmap-go",
 	"github.com/goccy/go-json",
 	"github.com/klauspost/cpuid/v2",
+	recordOnly,
 }
+
+// recordOnly is allowed to the recording packages alone (record/...), for
+// zstd chunks: no other package may come to depend on it.
+const recordOnly = "github.com/klauspost/compress"
 
 func TestLibraryPackagesImportOnlyTheAllowedModules(t *testing.T) {
 	gobin, err := exec.LookPath("go")
@@ -36,12 +41,26 @@ func TestLibraryPackagesImportOnlyTheAllowedModules(t *testing.T) {
 	if len(libs) < 6 {
 		t.Fatalf("only %d library packages listed: %v", len(libs), libs)
 	}
-	args := append([]string{"list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}} {{end}}"}, libs...)
-	out, err = exec.Command(gobin, args...).Output()
-	if err != nil {
-		t.Fatalf("go list -deps: %v", err)
+	deps := func(pkgs []string) []string {
+		args := append([]string{"list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}} {{end}}"}, pkgs...)
+		out, err := exec.Command(gobin, args...).Output()
+		if err != nil {
+			t.Fatalf("go list -deps: %v", err)
+		}
+		return strings.Fields(string(out))
 	}
-	for _, dep := range strings.Fields(string(out)) {
+	var others []string
+	for _, p := range libs {
+		if rest := strings.TrimPrefix(p, module); rest != "record" && !strings.HasPrefix(rest, "record/") {
+			others = append(others, p)
+		}
+	}
+	for _, dep := range deps(others) {
+		if strings.HasPrefix(dep+"/", recordOnly+"/") {
+			t.Errorf("a library package outside record/ depends on %s", dep)
+		}
+	}
+	for _, dep := range deps(libs) {
 		if strings.HasPrefix(dep, module) && !strings.HasPrefix(dep, module+"cmd/") {
 			continue
 		}
