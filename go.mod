@@ -8,16 +8,17 @@ require github.com/goccy/go-json v0.12.0
 
 require github.com/klauspost/cpuid/v2 v2.4.2
 
-require (
-	github.com/edsrzf/mmap-go v1.2.0
-	github.com/klauspost/compress v1.20.4
-)
+require github.com/edsrzf/mmap-go v1.2.0
 
-require github.com/kylelemons/godebug v1.1.0 // indirect
+require (
+	github.com/klauspost/compress v1.20.4
+	github.com/kylelemons/godebug v1.1.0 // indirect
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/coder/websocket v1.8.15
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3 // indirect

@@ -134,3 +134,30 @@ func TestFrameLargerThanMaxPayload(t *testing.T) {
 		}
 	})
 }
+
+// The bridge may start before the exported topic's producer: its export
+// awaits the declaration, and every frame published from then on crosses,
+// the first one included.
+func TestExportBeforeTheProducerDeclares(t *testing.T) {
+	n := startNATS(t, 8<<20)
+	a, b := newHost(t, "a"), newHost(t, "b")
+	ca := bridgeConfig(a, n, "bridge-a")
+	ca.Exports = []ExportConfig{{Topic: "cam.late", Subject: "site.late", Mode: "bounded"}}
+	cb := bridgeConfig(b, n, "bridge-b")
+	cb.Imports = []ImportConfig{{Subject: "site.late", Topic: "b.late"}}
+	startBridge(t, cb, Options{})
+	startBridge(t, ca, Options{}) // its session is up with the topic not declared
+	cons := b.connect("consumer")
+	sub := subscribe(t, cons, "b.late", client.Bounded())
+	prod := a.connect("producer")
+	if _, err := prod.DeclareTopic(ctxT(t), "cam.late", wire.RetainNone); err != nil {
+		t.Fatal(err)
+	}
+	const frames = 5
+	for i := uint64(1); i <= frames; i++ {
+		publishFrame(t, prod, "cam.late", i, frameSizes)
+	}
+	for i := uint64(1); i <= frames; i++ {
+		expectFrame(t, sub, i)
+	}
+}

@@ -3,7 +3,6 @@ package bridge
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"strconv"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flybus/flybus/client"
-	"github.com/flybus/flybus/wire"
 )
 
 // export subscribes to one local topic for the session and sends every
@@ -26,31 +24,19 @@ func (b *Bridge) export(ctx context.Context, c *client.Client, e *ExportConfig, 
 		// backlog and the coalesced values are counted in Replaced.
 		cfg = []client.SubscribeOption{client.InFlight(1)}
 	}
-	var sub *client.Subscription
-	for {
-		if e.Declare != "" {
-			r, _ := parseRetention(e.Declare)
-			if _, err := c.DeclareTopic(ctx, e.Topic, r); err != nil {
-				b.log.Warn("declare", "topic", e.Topic, "err", err)
-			}
+	if e.Declare != "" {
+		r, _ := parseRetention(e.Declare)
+		if _, err := c.DeclareTopic(ctx, e.Topic, r); err != nil {
+			b.log.Warn("declare", "topic", e.Topic, "err", err)
 		}
-		var err error
-		sub, err = c.Subscribe(ctx, e.Topic, cfg...)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, wire.ErrNoTopic) {
-			b.log.Warn("subscribe", "topic", e.Topic, "err", err)
-			return
-		}
-		// The producer has not declared it yet: look again shortly.
-		select {
-		case <-time.After(time.Duration(b.cfg.Local.ReconnectWait)):
-		case <-ctx.Done():
-			return
-		case <-c.Done():
-			return
-		}
+	}
+	// A topic its producer has not declared yet is awaited: the router
+	// starts the subscription at the declaration, so nothing published
+	// after it is missed, whoever starts first.
+	sub, err := c.Subscribe(ctx, e.Topic, append(cfg, client.AwaitTopic())...)
+	if err != nil {
+		b.log.Warn("subscribe", "topic", e.Topic, "err", err)
+		return
 	}
 	defer sub.Close()
 	ready <- struct{}{}

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
 )
 
 // throttle is a TCP proxy to a NATS server whose client-to-server

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -20,12 +21,14 @@ import (
 // Config identifies the participant and tunes the connection.
 type Config struct {
 	ClientID string
-	// ClientIncarnation is generated when empty; a reconnect needs a new one.
+	// ClientIncarnation is generated when empty (for a Dial client, anew
+	// for each connection); a reconnect needs a new one.
 	ClientIncarnation string
 	// StoreRoot is the router's store root (flybus serve --store DIR), under
 	// which artifact locations are opened. A connection made by a router's
 	// ConnectInMemory supplies it when this is empty; over a Unix socket it
-	// must be set for artifact work.
+	// must be set for artifact work. When set, connecting checks that it
+	// holds the router's store (an error matching ErrNoStoreRoot if not).
 	StoreRoot string
 	// Logger receives the client's warnings, such as a handle collected
 	// without Close [slog.Default()].
@@ -79,6 +82,7 @@ type Config struct {
 type Info struct {
 	RouterID       wire.RouterID
 	ConnectionID   wire.ConnID
+	StoreID        wire.StoreID // the router's store: a directory of that name under the store root
 	Identity       wire.Identity
 	SelectedMajor  uint32
 	SelectedMinor  uint32
@@ -101,6 +105,8 @@ type conn struct {
 	nc         net.Conn
 	info       Info
 	reconnects bool // its Client replaces it after a loss (Dial)
+	// The extensions the router granted at hello.
+	awaitTopic, presence bool
 
 	wmu  sync.Mutex // the write token: its holder encodes and writes
 	wbuf []byte     // the token holder's frame buffer
@@ -223,13 +229,17 @@ func connect(ctx context.Context, nc net.Conn, cfg Config, reconnects bool) (*co
 
 	var ok wire.HelloOK
 	err := c.do(ctx, request{op: wire.OpHello, body: &wire.Hello{ClientID: cfg.ClientID,
-		ClientIncarnation: cfg.ClientIncarnation, SupportedMajors: []uint32{wire.Major}}, reply: &ok})
+		ClientIncarnation: cfg.ClientIncarnation, SupportedMajors: []uint32{wire.Major},
+		Extensions: []string{wire.ExtAwaitTopic, wire.ExtPresence}}, reply: &ok})
 	if err == nil && (ok.SelectedMajor != wire.Major || ok.SelectedMinor != wire.Minor) {
 		err = wire.NewError(wire.ErrVersionMismatch, 0, "router selected %d.%d", ok.SelectedMajor, ok.SelectedMinor)
 	}
 	if err == nil && ok.ContractDigest != wire.ContractDigestValue() {
 		err = wire.NewError(wire.ErrVersionMismatch, 0, "router contract digest %s differs from ours %s",
 			ok.ContractDigest, wire.ContractDigest())
+	}
+	if err == nil {
+		err = checkStoreRoot(cfg.StoreRoot, ok.StoreID)
 	}
 	if err != nil {
 		c.fail(err)
@@ -246,12 +256,46 @@ func connect(ctx context.Context, nc net.Conn, cfg Config, reconnects bool) (*co
 		}
 		return nil, err
 	}
-	c.info = Info{RouterID: ok.RouterID, ConnectionID: ok.ConnectionID,
+	for _, e := range ok.Extensions {
+		switch e {
+		case wire.ExtAwaitTopic:
+			c.awaitTopic = true
+		case wire.ExtPresence:
+			c.presence = true
+		}
+	}
+	c.info = Info{RouterID: ok.RouterID, ConnectionID: ok.ConnectionID, StoreID: ok.StoreID,
 		Identity:      wire.Identity{ClientID: cfg.ClientID, ClientIncarnation: cfg.ClientIncarnation},
 		SelectedMajor: ok.SelectedMajor, SelectedMinor: ok.SelectedMinor,
 		ContractDigest: ok.ContractDigest, Limits: ok.Limits}
 	return c, nil
 }
+
+// checkStoreRoot refuses a StoreRoot that does not hold the router's
+// store, at connect rather than at the first artifact.
+func checkStoreRoot(root string, id wire.StoreID) error {
+	if root == "" {
+		return nil
+	}
+	fi, err := os.Stat(filepath.Join(root, id.String()))
+	if err == nil && fi.IsDir() {
+		return nil
+	}
+	return &storeRootError{root: root, id: id}
+}
+
+// storeRootError is a StoreRoot without the router's store; it matches
+// ErrNoStoreRoot.
+type storeRootError struct {
+	root string
+	id   wire.StoreID
+}
+
+func (e *storeRootError) Error() string {
+	return fmt.Sprintf("flybus: StoreRoot %s does not hold the router's store %s: give the directory the router keeps its stores under (flybus serve --store DIR)", e.root, e.id)
+}
+
+func (e *storeRootError) Is(target error) bool { return target == ErrNoStoreRoot }
 
 // dialUnix dials a router's socket, saying what is wrong when nobody
 // listens there.

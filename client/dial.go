@@ -96,8 +96,8 @@ func ConnectUnix(ctx context.Context, path string, cfg Config) (*Client, error) 
 // Dial connects through dial, waiting (until ctx ends) for a router to
 // answer, and returns a Client that dials again whenever its connection
 // is lost, for as long as the program keeps it open: see Client. A hello
-// the router refuses for good (NOT_AUTHORIZED, VERSION_MISMATCH) fails at
-// once. Each connection has a new client incarnation unless Config sets
+// the router refuses for good (NOT_AUTHORIZED, VERSION_MISMATCH), or a
+// StoreRoot that does not hold its store, fails at once. Each connection has a new client incarnation unless Config sets
 // one.
 func Dial(ctx context.Context, dial func(context.Context) (net.Conn, error), cfg Config) (*Client, error) {
 	if cfg.Logger == nil {
@@ -173,10 +173,14 @@ func (c *Client) redial(ctx context.Context, first bool) (*conn, error) {
 	}
 }
 
-// refusedForGood reports a hello refusal that waiting does not cure: the
-// identity, the version or the envelope. A full router, or a client id
+// refusedForGood reports a refusal at connect that waiting does not cure:
+// the identity, the version, the envelope or a StoreRoot without the
+// router's store. A full router, or a client id
 // still connected from before, may clear.
 func refusedForGood(err error) bool {
+	if errors.Is(err, ErrNoStoreRoot) {
+		return true
+	}
 	var be *wire.BusError
 	if !errors.As(err, &be) {
 		return false
@@ -313,69 +317,18 @@ func (c *Client) restore(ctx context.Context, cn *conn) bool {
 	}
 }
 
-// resubscribe subscribes s on cn. A topic not declared yet (its producer
-// has not reconnected) does not hold up the rest: s is parked on cn, and
-// subscribed once the topic appears, polling with backoff while cn lives.
+// resubscribe subscribes s on cn, awaiting its topic: its producer may
+// not have reconnected yet.
 func (c *Client) resubscribe(ctx context.Context, cn *conn, s *Subscription) error {
-	parked, err := trySubscribe(ctx, cn, s)
-	if parked {
-		go c.awaitTopic(ctx, cn, s)
+	if err := cn.subscribe(ctx, s, true); err != nil {
+		return err
 	}
-	return err
-}
-
-// trySubscribe subscribes s on cn, or parks it there when its topic is
-// not declared: its ID is zero until then.
-func trySubscribe(ctx context.Context, cn *conn, s *Subscription) (parked bool, err error) {
-	err = cn.subscribe(ctx, s)
-	var be *wire.BusError
-	switch {
-	case err == nil:
-		if s.closed.Load() { // closed while subscribing
-			id := s.ID()
-			dropEntry(&cn.mu, &cn.subs, id, s)
-			cn.fireAndForget(wire.OpUnsubscribe, &wire.Unsubscribe{SubscriptionID: id})
-		}
-		return false, nil
-	case errors.As(err, &be) && be.Code == wire.ErrNoTopic:
-		s.mu.Lock()
-		s.id, s.incarnation = 0, 0
-		s.mu.Unlock()
-		s.cur.Store(cn)
-		return true, nil
+	if s.closed.Load() { // closed while subscribing
+		id := s.ID()
+		dropEntry(&cn.mu, &cn.subs, id, s)
+		cn.fireAndForget(wire.OpUnsubscribe, &wire.Unsubscribe{SubscriptionID: id})
 	}
-	return false, err
-}
-
-// awaitTopic subscribes a parked s once its topic is declared on cn.
-func (c *Client) awaitTopic(ctx context.Context, cn *conn, s *Subscription) {
-	wait := firstRedial
-	for {
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-cn.closed:
-			t.Stop()
-			return // the next connection's restore takes s over
-		case <-ctx.Done():
-			t.Stop()
-			return
-		}
-		wait = min(2*wait, maxRedial)
-		if s.closed.Load() {
-			return
-		}
-		parked, err := trySubscribe(ctx, cn, s)
-		if err != nil && c.refused(cn, err, "subscribe to "+s.topic) {
-			c.forget(s)
-			s.closeQueue(&handleError{msg: "flybus: the subscription to " + s.topic + " could not be made again after a reconnect: " + err.Error(),
-				kinds: []error{ErrSubscriptionClosed}, cause: err})
-			return
-		}
-		if !parked {
-			return // subscribed, or cn was lost
-		}
-	}
+	return nil
 }
 
 // refused reports whether err is the router's answer (so the connection

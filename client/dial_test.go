@@ -96,16 +96,23 @@ var quiet = slog.New(slog.DiscardHandler)
 // waitState waits for c to reach want, on the client's own announcements.
 func waitState(t *testing.T, c *client.Client, want client.State) {
 	t.Helper()
+	awaitChange(t, "client state", c.State, want)
+}
+
+// awaitChange waits until get says want, woken by the channel get returns
+// with each value: a value the SDK announces changes of.
+func awaitChange[T comparable](t *testing.T, what string, get func() (T, <-chan struct{}), want T) {
+	t.Helper()
 	timeout := time.After(10 * time.Second)
 	for {
-		st, changed := c.State()
-		if st == want {
+		v, changed := get()
+		if v == want {
 			return
 		}
 		select {
 		case <-changed:
 		case <-timeout:
-			t.Fatalf("client still %s, want %s", st, want)
+			t.Fatalf("%s %v, want %v", what, v, want)
 		}
 	}
 }
@@ -246,9 +253,9 @@ func restartScenario(t *testing.T, bus restartable) {
 	for _, c := range []*client.Client{prod, cons1, cons2, svcC, caller} {
 		waitState(t, c, client.Connected)
 	}
-	// A consumer back before its producer subscribes once the topic is
-	// declared again.
-	bustest.WaitFor(t, "the subscriptions to be made again", func() bool { return s1.ID() != 0 && s2.ID() != 0 })
+	// A consumer back before its producer awaits the topic's declaration:
+	// once every client is back, the topic is declared and both
+	// subscriptions are live.
 	for n := 3; n <= 12; n++ {
 		publishFrame(t, ctx, prod, n)
 	}

@@ -119,9 +119,13 @@ func (f *fakeRouter) expectEOF() {
 	}
 }
 
+// fakeStoreID is the store the fake router names at hello; a test with a
+// store root makes its directory.
+const fakeStoreID = wire.StoreID(0xabc)
+
 func goodHello() wire.HelloOK {
 	return wire.HelloOK{RouterID: 0x1234, ConnectionID: 1, SelectedMajor: wire.Major, SelectedMinor: wire.Minor,
-		ContractDigest: wire.ContractDigestValue(), Limits: wire.DefaultLimits()}
+		ContractDigest: wire.ContractDigestValue(), Limits: wire.DefaultLimits(), StoreID: fakeStoreID}
 }
 
 // connectFake runs Connect against the fake, answering the hello with
@@ -184,7 +188,7 @@ func busErrorOf(t *testing.T, what string, err error) *wire.BusError {
 func TestConnectRefusesAnIncompatibleRouter(t *testing.T) {
 	edits := map[string]func(*wire.HelloOK){
 		"OtherContractDigest": func(h *wire.HelloOK) { h.ContractDigest[0] ^= 0xff },
-		"SelectedMinor1":      func(h *wire.HelloOK) { h.SelectedMinor = 1 },
+		"SelectedMinor2":      func(h *wire.HelloOK) { h.SelectedMinor = 2 },
 		"SelectedMajor2":      func(h *wire.HelloOK) { h.SelectedMajor = 2 },
 	}
 	for name, edit := range edits {
@@ -361,7 +365,7 @@ func TestClientClosesOnRouterViolations(t *testing.T) {
 		},
 		"Minor1": func(f *fakeRouter, pw *fakePending) {
 			env := f.envelope(0, wire.Header{Kind: wire.KindNotice, Op: wire.OpRouteRemoved}, routeRemoved, nil)
-			f.sendJSON(strings.Replace(env, `"minor":0`, `"minor":1`, 1))
+			f.sendJSON(strings.Replace(env, `"minor":1`, `"minor":2`, 1))
 		},
 		"UnknownNotice": func(f *fakeRouter, pw *fakePending) {
 			env := f.envelope(0, wire.Header{Kind: wire.KindNotice, Op: wire.OpRouteRemoved}, routeRemoved, nil)

@@ -97,7 +97,7 @@ var (
 // script answers msg-2 to msg-7, the allocation refused unless allocate.
 func (s *seedStream) script(allocate bool) *seedStream {
 	s.ok(2, wire.OpServiceRegister, &wire.RegisterOK{ServiceIncarnation: 1})
-	s.ok(3, wire.OpSubscribe, &wire.SubscribeOK{SubscriptionID: 1, TopicIncarnation: 1})
+	s.ok(3, wire.OpSubscribe, &wire.SubscribeOK{SubscriptionID: 1, TopicIncarnation: wire.Some[wire.TopicInc](1)})
 	s.ok(4, wire.OpRPCCall, &wire.CallOK{Accepted: true, ServiceIncarnation: 1})
 	if allocate {
 		s.ok(5, wire.OpArtifactAllocate, &wire.AllocateOK{Allocation: wire.Allocation{ArtifactID: 1, Generation: 1, OwnerID: wire.HoldOwner(1)}, WriteLocation: seedStage})
@@ -198,7 +198,7 @@ func routerFrameSeeds() map[string]*seedStream {
 		request(1).message(2).
 		notice(wire.OpCallFailed, &wire.CallFailed{CallID: 1, Code: wire.ErrNoService, Message: "gone", Dispatch: wire.Dispatched}).
 		notice(wire.OpRouteRemoved, &wire.RouteRemoved{Name: "fuzz.svc", ServiceIncarnation: 1, Reason: "seed"}).
-		notice(wire.OpSubscriptionClosed, &wire.SubscriptionClosed{SubscriptionID: 1, Topic: "fuzz.topic", TopicIncarnation: 1, Reason: "seed"}).
+		notice(wire.OpSubscriptionClosed, &wire.SubscriptionClosed{SubscriptionID: 1, Topic: "fuzz.topic", TopicIncarnation: wire.Some[wire.TopicInc](1), Reason: "seed"}).
 		notice(wire.OpConnectionClosing, &wire.ConnectionClosing{Code: wire.ErrRouterLost, Message: "seed"}))
 	// Every script command refused.
 	add("refused", newSeedStream(1).
@@ -251,7 +251,7 @@ func routerFrameSeeds() map[string]*seedStream {
 			s.send(wire.Header{Kind: wire.KindCommand, Op: wire.OpRPCCancel}, &wire.Cancel{CallID: 1}, nil)
 		},
 		"minor-1": func(s *seedStream) {
-			s.edit(wire.Header{Kind: wire.KindNotice, Op: wire.OpRouteRemoved}, route, nil, `"minor":0`, `"minor":1`)
+			s.edit(wire.Header{Kind: wire.KindNotice, Op: wire.OpRouteRemoved}, route, nil, `"minor":1`, `"minor":2`)
 		},
 		"unknown-notice": func(s *seedStream) {
 			s.edit(wire.Header{Kind: wire.KindNotice, Op: wire.OpRouteRemoved}, route, nil, `"route.removed"`, `"route.renamed"`)

@@ -76,7 +76,7 @@ const (
 // fuzzHello is the fake router's valid hello reply.
 func fuzzHello() []byte {
 	ok := wire.HelloOK{RouterID: fuzzStore, ConnectionID: 1, SelectedMajor: wire.Major, SelectedMinor: wire.Minor,
-		ContractDigest: wire.ContractDigestValue(), Limits: wire.DefaultLimits()}
+		ContractDigest: wire.ContractDigestValue(), Limits: wire.DefaultLimits(), StoreID: fuzzStore}
 	b, err := wire.AppendFrame(nil, wire.Header{ID: 1, Kind: wire.KindReply, Op: wire.OpHello, ReplyTo: wire.Some(wire.MsgID(1))},
 		&wire.ReplyBody{Value: &ok}, nil)
 	if err != nil {

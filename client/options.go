@@ -14,7 +14,8 @@ import (
 // subscription or a service alike. Attachments are options of a call, and
 // the variadic tail of Publish and Reply.
 
-// SubscribeOption configures Subscribe: Bounded, Queued, InFlight, Replay.
+// SubscribeOption configures Subscribe: Bounded, Queued, InFlight, Replay,
+// AwaitTopic.
 // Without Bounded a subscription is latest: one replaceable queued value,
 // so a slow consumer skips to the newest instead of slowing anyone; 2 in
 // flight unless InFlight says otherwise.
@@ -41,6 +42,7 @@ type subscribeOpts struct {
 	mode             wire.Mode
 	queued, inFlight int // 0: the mode's default
 	replay           bool
+	await            bool
 }
 
 type serviceOpts struct{ queued, inFlight int }
@@ -63,6 +65,18 @@ func (m modeOption) subscribe(o *subscribeOpts) { o.mode = wire.Mode(m) }
 // otherwise) that misses nothing, whose being full refuses publications
 // (BACKPRESSURE); 16 in flight unless InFlight says otherwise.
 func Bounded() SubscribeOption { return modeOption(wire.ModeBounded) }
+
+type awaitOption struct{}
+
+func (awaitOption) subscribe(o *subscribeOpts) { o.await = true }
+
+// AwaitTopic subscribes to a topic that may not be declared yet: the
+// subscription waits for its declaration and then receives every
+// publication (the retained value too, with Replay), whatever the order in
+// which consumer and producer start. If the topic is deleted, the
+// subscription waits for the next declaration instead of ending.
+// TopicIncarnation is zero while it waits.
+func AwaitTopic() SubscribeOption { return awaitOption{} }
 
 type replayOption struct{}
 

@@ -70,9 +70,11 @@ type Subscription struct {
 	topic string
 	opts  subscribeOpts
 
-	mu          sync.Mutex // guards id and incarnation, which change when it moves
+	mu          sync.Mutex // guards id through pubChanged, which change when it moves
 	id          wire.SubID
-	incarnation wire.TopicInc
+	incarnation wire.TopicInc // 0 while it awaits its topic
+	publishers  int           // live publishers of the topic; -1 until the router says
+	pubChanged  chan struct{} // closed when publishers changes
 
 	in     inbox[*Message]
 	cr     credits // held by the program, for Config.HeldCreditsWarnAfter
@@ -80,24 +82,29 @@ type Subscription struct {
 }
 
 func (c *conn) Subscribe(ctx context.Context, topic string, opts ...SubscribeOption) (*Subscription, error) {
-	s := &Subscription{topic: topic, opts: subscribeOptions(opts), in: newInbox[*Message]()}
+	s := &Subscription{topic: topic, opts: subscribeOptions(opts), in: newInbox[*Message](), publishers: -1, pubChanged: make(chan struct{})}
 	s.cur.Store(c)
 	if c.stall.after > 0 {
 		s.cr.limit = s.opts.inFlight
 	}
-	if err := c.subscribe(ctx, s); err != nil {
+	if err := c.subscribe(ctx, s, s.opts.await); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
 // subscribe makes s a subscription of c: at Subscribe, and for a Dial
-// client again on each connection after a loss.
-func (c *conn) subscribe(ctx context.Context, s *Subscription) error {
+// client again on each connection after a loss. With await it waits for
+// a topic not declared yet.
+func (c *conn) subscribe(ctx context.Context, s *Subscription, await bool) error {
+	if await && !c.awaitTopic {
+		return wire.NewError(wire.ErrInvalidEnvelope, 0, "the router did not grant extension %s: AwaitTopic needs it", wire.ExtAwaitTopic)
+	}
 	var ok wire.SubscribeOK
 	register := func() {
 		s.mu.Lock()
-		s.id, s.incarnation = ok.SubscriptionID, ok.TopicIncarnation
+		s.id, s.incarnation = ok.SubscriptionID, ok.TopicIncarnation.V
+		s.setPublishersLocked(-1) // the router tells this connection's count next
 		s.mu.Unlock()
 		s.cur.Store(c)
 		c.mu.Lock()
@@ -105,8 +112,11 @@ func (c *conn) subscribe(ctx context.Context, s *Subscription) error {
 		c.mu.Unlock()
 	}
 	o := s.opts
-	return c.do(ctx, request{op: wire.OpSubscribe, body: &wire.Subscribe{Topic: s.topic, Mode: o.mode,
-		MaxQueued: uint32(o.queued), MaxInFlight: uint32(o.inFlight), ReplayLatest: o.replay}, reply: &ok, orphan: func(err error) {
+	body := &wire.Subscribe{Topic: s.topic, Mode: o.mode, MaxQueued: uint32(o.queued), MaxInFlight: uint32(o.inFlight), ReplayLatest: o.replay}
+	if await {
+		body.AwaitTopic = wire.Some(true)
+	}
+	return c.do(ctx, request{op: wire.OpSubscribe, body: body, reply: &ok, orphan: func(err error) {
 		if err == nil { // subscribed after the caller gave up: undo it
 			dropEntry(&c.mu, &c.subs, ok.SubscriptionID, s)
 			c.fireAndForget(wire.OpUnsubscribe, &wire.Unsubscribe{SubscriptionID: ok.SubscriptionID})
@@ -115,6 +125,13 @@ func (c *conn) subscribe(ctx context.Context, s *Subscription) error {
 }
 
 func (s *Subscription) conn() *conn { return s.cur.Load() }
+
+// sub is the subscription with id, or nil.
+func (c *conn) sub(id wire.SubID) *Subscription {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.subs[id]
+}
 
 // ID, Topic and TopicIncarnation identify the subscription. A Dial
 // client's subscription gets a new ID and incarnation on each connection.
@@ -130,6 +147,34 @@ func (s *Subscription) TopicIncarnation() wire.TopicInc {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.incarnation
+}
+
+// Publishers is how many live connections publish on the topic (those
+// that have published on its current incarnation at least once), or -1
+// until the router has said, and a channel closed at its next change: a
+// consumer can tell a producer that died from one that is slow without
+// polling.
+func (s *Subscription) Publishers() (int, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.publishers, s.pubChanged
+}
+
+func (s *Subscription) setPublishersLocked(n int) {
+	if n == s.publishers {
+		return
+	}
+	s.publishers = n
+	close(s.pubChanged)
+	s.pubChanged = make(chan struct{})
+}
+
+// topicChanged records the router's notice that the awaited topic was
+// declared (inc) or deleted (zero).
+func (s *Subscription) topicChanged(inc wire.TopicInc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.incarnation = inc
 }
 
 // TryNext returns a message already received, without waiting; nothing

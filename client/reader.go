@@ -200,6 +200,24 @@ func (c *conn) onNotice(env *wire.Envelope) error {
 		if s := takeEntry(&c.mu, &c.subs, n.SubscriptionID); s != nil {
 			s.ended(n.Reason)
 		}
+	case wire.OpSubscriptionTopic:
+		var n wire.SubscriptionTopic
+		if err := env.DecodeBody(&n); err != nil {
+			return err
+		}
+		if s := c.sub(n.SubscriptionID); s != nil {
+			s.topicChanged(n.TopicIncarnation.V)
+		}
+	case wire.OpSubscriptionPublishers:
+		var n wire.SubscriptionPublishers
+		if err := env.DecodeBody(&n); err != nil {
+			return err
+		}
+		if s := c.sub(n.SubscriptionID); s != nil {
+			s.mu.Lock()
+			s.setPublishersLocked(int(n.Publishers))
+			s.mu.Unlock()
+		}
 	case wire.OpConnectionClosing:
 		var n wire.ConnectionClosing
 		if err := env.DecodeBody(&n); err != nil {

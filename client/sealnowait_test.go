@@ -17,7 +17,7 @@ import (
 func fakeStore(t *testing.T, ctx context.Context, cfg Config, names ...string) (*Client, *fakeRouter, wire.StoreID) {
 	t.Helper()
 	root := t.TempDir()
-	storeID := wire.StoreID(0xabc)
+	storeID := fakeStoreID
 	if err := os.MkdirAll(filepath.Join(root, storeID.String()), 0o700); err != nil {
 		t.Fatal(err)
 	}

@@ -74,7 +74,7 @@ func subscribeFake(t *testing.T, ctx context.Context, c *Client, f *fakeRouter, 
 		s, err := c.Subscribe(ctx, "t", opts...)
 		ch <- result{s, err}
 	}()
-	f.replyOK(f.command(wire.OpSubscribe).ID, wire.OpSubscribe, &wire.SubscribeOK{SubscriptionID: 1, TopicIncarnation: 1})
+	f.replyOK(f.command(wire.OpSubscribe).ID, wire.OpSubscribe, &wire.SubscribeOK{SubscriptionID: 1, TopicIncarnation: wire.Some[wire.TopicInc](1)})
 	r := <-ch
 	if r.err != nil {
 		t.Fatal(r.err)

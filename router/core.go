@@ -31,6 +31,9 @@ type core struct {
 	idleSeq        uint64
 	services       map[string]*service
 	topics         map[string]*topic
+	// waiting holds the subscriptions awaiting a topic's declaration
+	// (extension await-topic), by name, in the order they were made.
+	waiting map[string][]*subscription
 
 	nextConn, nextSvc, nextTop, nextSub uint64
 	pending                             int // accepted connections that have not completed hello
@@ -69,8 +72,10 @@ type core struct {
 		released wire.Released
 		allocOK  wire.AllocateOK
 		sealOK   wire.SealOK
-		atts     []wire.Attachment
-		arts     []*artifact
+		// publishers is a subscription.publishers body
+		publishers wire.SubscriptionPublishers
+		atts       []wire.Attachment
+		arts       []*artifact
 	}
 
 	// Per-frame values come from slabs and carvers (slab.go), so a steady
@@ -164,6 +169,7 @@ func newCore(cfg coreConfig) *core {
 		clients:  map[string]*clientRec{},
 		services: map[string]*service{},
 		topics:   map[string]*topic{},
+		waiting:  map[string][]*subscription{},
 
 		artifacts: map[wire.ArtifactID]*artifact{},
 		payloads:  carver[byte]{chunk: 4096},
@@ -268,8 +274,10 @@ func (k *core) handle(c *conn, env *wire.Envelope, decErr *wire.BusError) {
 		k.hello(c, env)
 		return
 	}
-	if env.Major != wire.Major || env.Minor != wire.Minor {
-		k.violation(c, "envelopes after hello must be version 1.0")
+	// A 1.0 client's envelopes say minor 0: 1.1 only adds what a
+	// connection asks for at hello, so both are accepted.
+	if env.Major != wire.Major || env.Minor > wire.Minor {
+		k.violation(c, "envelopes after hello must be version 1.0 or 1.1")
 		return
 	}
 	if env.Op == wire.OpHello {
@@ -474,6 +482,7 @@ func (k *core) release(c *conn) {
 	for len(c.subs) > 0 {
 		k.removeSubscription(c.subs[0])
 	}
+	k.dropPublisher(c)
 	k.detachCaller(c)
 	k.releaseServiceSide(c)
 	// In hold order, so which slot a later allocation gets depends only on
@@ -494,6 +503,12 @@ func (k *core) hello(c *conn, env *wire.Envelope) {
 	fail := func(code wire.ErrorCode, msg string) {
 		k.refuse(c, env, wire.NewError(code, 0, "%s", msg))
 		k.closeConn(c, code, msg)
+	}
+	ext, granted, dup := grantExtensions(h.Extensions)
+	if dup != "" {
+		// A malformed body: refused, and the connection still waits for a hello.
+		k.refuse(c, env, wire.NewError(wire.ErrInvalidEnvelope, 0, "bus.hello: extension %q is listed twice", dup))
+		return
 	}
 	major := false
 	for _, m := range h.SupportedMajors {
@@ -532,10 +547,40 @@ func (k *core) hello(c *conn, env *wire.Envelope) {
 	k.pending--
 	c.ident = wire.Identity{ClientID: h.ClientID, ClientIncarnation: h.ClientIncarnation}
 	c.grants = g
+	c.ext = ext
 	k.reply(c, env, &wire.HelloOK{
 		RouterID: k.routerID, ConnectionID: c.id, SelectedMajor: wire.Major, SelectedMinor: wire.Minor,
-		ContractDigest: wire.ContractDigestValue(), Limits: k.limits,
+		ContractDigest: wire.ContractDigestValue(), Limits: k.limits, Extensions: granted, StoreID: k.storeID,
 	})
+}
+
+// The extensions a connection was granted, as bits of conn.ext.
+const (
+	extAwaitTopic uint8 = 1 << iota
+	extPresence
+)
+
+// grantExtensions grants the extensions of a hello this router knows, in
+// the hello's order, ignoring the others; dup names one listed twice.
+func grantExtensions(asked []string) (ext uint8, granted []string, dup string) {
+	granted = []string{}
+	for i, name := range asked {
+		if slices.Contains(asked[:i], name) {
+			return 0, nil, name
+		}
+		var bit uint8
+		switch name {
+		case wire.ExtAwaitTopic:
+			bit = extAwaitTopic
+		case wire.ExtPresence:
+			bit = extPresence
+		default:
+			continue
+		}
+		ext |= bit
+		granted = append(granted, name)
+	}
+	return ext, granted, ""
 }
 
 // retire marks rec idle (its connection ended) and forgets the

@@ -58,7 +58,7 @@ func (k *core) details(d *rawDetails) {
 	}
 	for _, c := range k.conns {
 		for _, s := range c.subs {
-			rs := rawSub{id: s.id, client: s.conn.ident.ClientID, topic: s.topic.name, mode: s.mode,
+			rs := rawSub{id: s.id, client: s.conn.ident.ClientID, topic: s.name, mode: s.mode,
 				queued: len(s.queue), inflight: s.inflight, delivered: s.delivered, coalesced: s.coalesced, refus: s.refusedPubs}
 			if len(s.queue) > 0 {
 				rs.oldest = s.queue[0].at

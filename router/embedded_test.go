@@ -76,6 +76,13 @@ func TestEmbeddedRouterHasAPrivateStore(t *testing.T) {
 	}
 	for _, cfg := range []client.Config{{ClientID: "untold"}, {ClientID: "misled", StoreRoot: t.TempDir()}} {
 		u, err := client.ConnectUnix(ctx, sock, cfg)
+		if cfg.StoreRoot != "" {
+			// A wrong root is refused at connect: the hello names the store.
+			if err == nil || !strings.Contains(err.Error(), "StoreRoot") || !strings.Contains(err.Error(), "--store") {
+				t.Fatalf("%s: connect: %v, want a hint at StoreRoot", cfg.ClientID, err)
+			}
+			continue
+		}
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -29,6 +29,7 @@ type conn struct {
 	helloDone bool
 	ident     wire.Identity
 	grants    Grants
+	ext       uint8 // the extensions granted at hello (extAwaitTopic, extPresence)
 	anyCmd    bool
 	lastCmd   uint64
 	anyCall   bool
@@ -50,8 +51,9 @@ type conn struct {
 	resultsTurn  bool // results and requests alternate
 	highStreak   int  // higher-priority frames since the last topic frame
 	subs         []*subscription
-	subRR        int // next subscription to consider
-	queuedBytes  int // bounded subscriptions' queued delivery bytes
+	subRR        int      // next subscription to consider
+	published    []*topic // topics this connection published on (extension presence), each once
+	queuedBytes  int      // bounded subscriptions' queued delivery bytes
 	calls        map[wire.CallID]*call
 	holds        map[wire.HoldID]*hold
 	holdNext     uint64 // every own-<n> up to this was issued

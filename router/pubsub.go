@@ -14,6 +14,12 @@ type topic struct {
 	subs     []*subscription // creation order
 	latest   *topicMsg       // the retained value, when retained is latest
 	pubs     uint64          // publications accepted (Details)
+	// publishers are the open connections that published on this
+	// incarnation (extension presence), in the order they first did;
+	// lastPub is the latest publisher, so that a topic's steady publisher
+	// costs one comparison per publication.
+	publishers []*conn
+	lastPub    *conn
 }
 
 // topicMsg is one accepted publication, shared by every queue entry and
@@ -41,6 +47,12 @@ type subscription struct {
 	inflight    int         // delivered and not yet consumed
 	replaced    uint64      // coalesced since the previous delivery
 	closed      bool
+	// name is the topic's name, also while the subscription awaits its
+	// declaration (topic nil: it is on core.waiting). await says it was
+	// made with awaitTopic: a deletion sends it back to waiting instead
+	// of being refused.
+	name  string
+	await bool
 	// For Details: messages delivered, replaced before delivery, and
 	// publications refused BACKPRESSURE because of this subscription.
 	delivered, coalesced, refusedPubs uint64
@@ -64,6 +76,17 @@ func (k *core) opDeclare(c *conn, env *wire.Envelope, b *wire.Declare) *wire.Bus
 	t := &topic{name: b.Name, inc: wire.TopicInc(k.nextTop), retained: b.Retained}
 	k.topics[b.Name] = t
 	k.reply(c, env, &wire.DeclareOK{Declared: true, TopicIncarnation: t.inc})
+	// Subscriptions awaiting the name take the new incarnation, in the
+	// order they were made; they get what is published from now on.
+	if waiting := k.waiting[b.Name]; len(waiting) > 0 {
+		delete(k.waiting, b.Name)
+		for _, s := range waiting {
+			s.topic = t
+			t.subs = append(t.subs, s)
+			k.notice(s.conn, wire.OpSubscriptionTopic, &wire.SubscriptionTopic{SubscriptionID: s.id, Topic: t.name,
+				TopicIncarnation: wire.Some(t.inc)})
+		}
+	}
 	return nil
 }
 
@@ -101,12 +124,35 @@ func (k *core) opDelete(c *conn, env *wire.Envelope, b *wire.TopicName) *wire.Bu
 		k.reply(c, env, &wire.Deleted{Deleted: false})
 		return nil
 	}
-	if len(t.subs) > 0 {
-		return wire.NewError(wire.ErrConflict, 0, "topic %s has %d subscribers", name, len(t.subs))
+	// Only plain subscriptions hold a topic: awaiting ones go back to
+	// waiting for the next declaration.
+	plain := 0
+	for _, s := range t.subs {
+		if !s.await {
+			plain++
+		}
+	}
+	if plain > 0 {
+		return wire.NewError(wire.ErrConflict, 0, "topic %s has %d subscribers", name, plain)
 	}
 	k.setRetained(t, nil)
 	delete(k.topics, name)
+	hadPublishers := len(t.publishers) > 0
+	k.forgetPublishers(t)
 	k.reply(c, env, &wire.Deleted{Deleted: true})
+	if len(t.subs) > 0 {
+		// Their queues stay: what was admitted before the deletion is still
+		// delivered, each message naming the old incarnation.
+		k.waiting[name] = t.subs
+		for _, s := range t.subs {
+			s.topic = nil
+			k.notice(s.conn, wire.OpSubscriptionTopic, &wire.SubscriptionTopic{SubscriptionID: s.id, Topic: name})
+			if hadPublishers {
+				k.noticePublishers(s, 0)
+			}
+		}
+		t.subs = nil
+	}
 	return nil
 }
 
@@ -135,9 +181,16 @@ func artifactBytes(arts []*artifact) uint64 {
 }
 
 func (k *core) opSubscribe(c *conn, env *wire.Envelope, b *wire.Subscribe) *wire.BusError {
-	t, err := k.grantedTopic(c.grants.Subscribe, "subscribe", b.Topic)
-	if err != nil {
+	if b.AwaitTopic.Valid && c.ext&extAwaitTopic == 0 {
+		return wire.NewError(wire.ErrInvalidEnvelope, 0, "subscribe: awaitTopic belongs to extension %s, which this connection did not ask for in bus.hello", wire.ExtAwaitTopic)
+	}
+	await := b.AwaitTopic.Valid && b.AwaitTopic.V
+	if err := denied(c.grants.Subscribe, "subscribe", b.Topic); err != nil {
 		return err
+	}
+	t := k.topics[b.Topic]
+	if t == nil && !await {
+		return wire.NewError(wire.ErrNoTopic, 0, "no topic %s", b.Topic)
 	}
 	switch b.Mode {
 	case wire.ModeLatest:
@@ -159,19 +212,30 @@ func (k *core) opSubscribe(c *conn, env *wire.Envelope, b *wire.Subscribe) *wire
 	if k.subCount >= k.limits.MaxSubscriptions {
 		return wire.NewError(wire.ErrQuotaExceeded, 0, "maxSubscriptions subscriptions exist")
 	}
-	replay := b.ReplayLatest && t.latest != nil
+	replay := t != nil && b.ReplayLatest && t.latest != nil
 	if replay && b.Mode == wire.ModeBounded && uint64(c.queuedBytes+t.latest.size) > k.limits.MaxQueuedBytesPerClient {
 		return wire.NewError(wire.ErrBackpressure, 0, "the retained replay would exceed maxQueuedBytesPerClient")
 	}
 	k.nextSub++
 	s := &subscription{id: wire.SubID(k.nextSub), conn: c, topic: t, mode: b.Mode,
-		maxQueued: int(b.MaxQueued), maxInFlight: int(b.MaxInFlight)}
-	t.subs = append(t.subs, s)
+		maxQueued: int(b.MaxQueued), maxInFlight: int(b.MaxInFlight), name: b.Topic, await: await}
 	c.subs = append(c.subs, s)
 	k.subCount++
+	ok := wire.SubscribeOK{SubscriptionID: s.id}
+	publishers := 0
+	if t != nil {
+		t.subs = append(t.subs, s)
+		ok.TopicIncarnation = wire.Some(t.inc)
+		publishers = len(t.publishers)
+	} else {
+		k.waiting[b.Topic] = append(k.waiting[b.Topic], s)
+	}
 	// The reply goes out on the control lane, so it precedes the replay;
 	// the replay is queued now, so it precedes any later publication.
-	k.reply(c, env, &wire.SubscribeOK{SubscriptionID: s.id, TopicIncarnation: t.inc})
+	k.reply(c, env, &ok)
+	if c.ext&extPresence != 0 {
+		k.noticePublishers(s, publishers)
+	}
 	if replay {
 		k.enqueue(s, t.latest)
 	}
@@ -196,19 +260,92 @@ func (k *core) removeSubscription(s *subscription) {
 	s.closed = true
 	k.dropQueue(s)
 	c, t := s.conn, s.topic
-	for i, x := range c.subs {
-		if x == s {
-			c.subs = append(c.subs[:i], c.subs[i+1:]...)
-			break
-		}
-	}
-	for i, x := range t.subs {
-		if x == s {
-			t.subs = append(t.subs[:i], t.subs[i+1:]...)
-			break
-		}
+	c.subs = removeSub(c.subs, s)
+	if t != nil {
+		t.subs = removeSub(t.subs, s)
+	} else if w := removeSub(k.waiting[s.name], s); len(w) > 0 {
+		k.waiting[s.name] = w
+	} else {
+		delete(k.waiting, s.name)
 	}
 	k.subCount--
+}
+
+// removeSub removes s from subs in place, keeping the order.
+func removeSub(subs []*subscription, s *subscription) []*subscription {
+	for i, x := range subs {
+		if x == s {
+			return append(subs[:i], subs[i+1:]...)
+		}
+	}
+	return subs
+}
+
+// notePublisher records that c published on t (extension presence): a
+// connection's first publication on an incarnation changes its count.
+func (k *core) notePublisher(t *topic, c *conn) {
+	t.lastPub = c
+	for _, p := range t.publishers {
+		if p == c {
+			return
+		}
+	}
+	t.publishers = append(t.publishers, c)
+	c.published = append(c.published, t)
+	k.announcePublishers(t)
+}
+
+// dropPublisher forgets c as a publisher of every topic it published on:
+// c is closing, and no longer counts as live.
+func (k *core) dropPublisher(c *conn) {
+	for _, t := range c.published {
+		for i, p := range t.publishers {
+			if p == c {
+				t.publishers = append(t.publishers[:i], t.publishers[i+1:]...)
+				break
+			}
+		}
+		if t.lastPub == c {
+			t.lastPub = nil
+		}
+		if k.topics[t.name] == t {
+			k.announcePublishers(t)
+		}
+	}
+	clear(c.published)
+	c.published = c.published[:0]
+}
+
+// forgetPublishers drops a deleted topic's publishers: the next
+// incarnation starts with none.
+func (k *core) forgetPublishers(t *topic) {
+	for _, c := range t.publishers {
+		for i, x := range c.published {
+			if x == t {
+				c.published = append(c.published[:i], c.published[i+1:]...)
+				break
+			}
+		}
+	}
+	t.publishers, t.lastPub = nil, nil
+}
+
+// announcePublishers tells every subscription of t on a connection that
+// asked for presence the topic's count of live publishers.
+func (k *core) announcePublishers(t *topic) {
+	for _, s := range t.subs {
+		if s.conn.ext&extPresence != 0 {
+			k.noticePublishers(s, len(t.publishers))
+		}
+	}
+}
+
+func (k *core) noticePublishers(s *subscription, n int) {
+	if s.conn.ext&extPresence == 0 {
+		return
+	}
+	k.scratch.publishers = wire.SubscriptionPublishers{SubscriptionID: s.id, Topic: s.name, Publishers: uint32(n)}
+	k.notice(s.conn, wire.OpSubscriptionPublishers, &k.scratch.publishers)
 }
 
 func (k *core) dropQueue(s *subscription) {
@@ -271,6 +408,9 @@ func (k *core) opPublish(c *conn, env *wire.Envelope, b *wire.Publish) *wire.Bus
 		if newBytes > k.limits.MaxRetainedBytes {
 			return wire.NewError(wire.ErrQuotaExceeded, 0, "the retained value would exceed maxRetainedBytes")
 		}
+	}
+	if t.lastPub != c {
+		k.notePublisher(t, c)
 	}
 	if len(t.subs) == 0 && t.retained != wire.RetainLatest {
 		// Nobody holds it: admitted, sequenced, and gone.
@@ -364,12 +504,16 @@ func (k *core) nextTopicMessage(c *conn) (frame, bool) {
 func (s *subscription) ready() bool { return len(s.queue) > 0 && s.inflight < s.maxInFlight }
 
 // closeSubscriptions tells every subscriber its subscription ended (router
-// shutdown is the only cause in v1) and discards their queues.
+// shutdown is the only cause) and discards their queues. An awaiting
+// subscription's incarnation is null.
 func (k *core) closeSubscriptions(reason string) {
 	for _, c := range k.connsInOrder() {
 		for _, s := range append([]*subscription(nil), c.subs...) {
-			k.notice(c, wire.OpSubscriptionClosed, &wire.SubscriptionClosed{SubscriptionID: s.id,
-				Topic: s.topic.name, TopicIncarnation: s.topic.inc, Reason: reason})
+			n := wire.SubscriptionClosed{SubscriptionID: s.id, Topic: s.name, Reason: reason}
+			if s.topic != nil {
+				n.TopicIncarnation = wire.Some(s.topic.inc)
+			}
+			k.notice(c, wire.OpSubscriptionClosed, &n)
 			k.removeSubscription(s)
 		}
 	}

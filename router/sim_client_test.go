@@ -50,6 +50,10 @@ type simSession struct {
 	subs     map[wire.SubID]*simSub
 	holds    map[uint64]*simHold
 	released []uint64
+
+	// The extensions the hello asked for, and those granted.
+	asked              []string
+	awaitExt, presence bool
 }
 
 type simCall struct {
@@ -68,9 +72,18 @@ type simDlv struct {
 
 type simSub struct {
 	topic   string
-	inc     wire.TopicInc
+	inc     wire.TopicInc // 0 while it awaits a declaration
 	mode    wire.Mode
 	lastSeq uint64
+	// await-topic: the subscription was made with awaitTopic; known are
+	// the incarnations it was told of, msgInc the latest a message named.
+	await  bool
+	known  []wire.TopicInc
+	msgInc wire.TopicInc
+	// presence: the count the latest subscription.publishers gave, and
+	// whether one came yet (one must follow the subscribe reply).
+	publishers int
+	counted    bool
 }
 
 // simHold is an explicit owner: a writer (staging or sealing) or a hold on
@@ -107,6 +120,7 @@ type simCmd struct {
 	ref      wire.ArtifactRef
 	topic    string
 	mode     wire.Mode
+	await    bool
 	sub      wire.SubID
 }
 
@@ -202,9 +216,20 @@ func (s *sim) onReply(ss *simSession, env *wire.Envelope) {
 	case wire.OpHello:
 		if be == nil {
 			ok := v.(*wire.HelloOK)
-			if ok.ConnectionID != ss.c.id || ok.Limits != s.lim {
-				s.fail("frames", "%s: HelloOK names %s and limits %+v", ss.name, ok.ConnectionID, ok.Limits)
+			if ok.ConnectionID != ss.c.id || ok.Limits != s.lim || ok.StoreID != s.k.storeID {
+				s.fail("frames", "%s: HelloOK names %s, %s and limits %+v", ss.name, ok.ConnectionID, ok.StoreID, ok.Limits)
 			}
+			var want []string
+			for _, e := range ss.asked {
+				if wire.KnownExtension(e) {
+					want = append(want, e)
+				}
+			}
+			if !slices.Equal(ok.Extensions, want) {
+				s.fail("frames", "%s: asked for extensions %v, granted %v", ss.name, ss.asked, ok.Extensions)
+			}
+			ss.awaitExt = slices.Contains(ok.Extensions, wire.ExtAwaitTopic)
+			ss.presence = slices.Contains(ok.Extensions, wire.ExtPresence)
 			ss.ready = true
 		}
 	case wire.OpServiceRegister:
@@ -273,7 +298,14 @@ func (s *sim) onReply(ss *simSession, env *wire.Envelope) {
 			if _, dup := ss.subs[ok.SubscriptionID]; dup {
 				s.fail("client-view", "%s: %s issued twice", ss.name, ok.SubscriptionID)
 			}
-			ss.subs[ok.SubscriptionID] = &simSub{topic: cmd.topic, inc: ok.TopicIncarnation, mode: cmd.mode}
+			sub := &simSub{topic: cmd.topic, mode: cmd.mode, await: cmd.await, counted: !ss.presence}
+			if ok.TopicIncarnation.Valid {
+				sub.inc = ok.TopicIncarnation.V
+				sub.known = []wire.TopicInc{sub.inc}
+			} else if !cmd.await {
+				s.fail("frames", "%s: %s has no topic incarnation, and it does not await one", ss.name, ok.SubscriptionID)
+			}
+			ss.subs[ok.SubscriptionID] = sub
 		}
 	case wire.OpUnsubscribe:
 		if be == nil {
@@ -513,14 +545,18 @@ func (s *sim) onDelivery(ss *simSession, env *wire.Envelope) {
 		switch {
 		case sub == nil:
 			s.fail("client-view", "%s: message for %s, which the client does not hold", ss.name, m.SubscriptionID)
-		case sub.topic != m.Topic || sub.inc != m.TopicIncarnation:
-			s.fail("frames", "%s: %s of %s %s carries %s %s", ss.name, m.SubscriptionID, sub.topic, sub.inc, m.Topic, m.TopicIncarnation)
-		case m.TopicSequence <= sub.lastSeq:
+		case sub.topic != m.Topic || !slices.Contains(sub.known, m.TopicIncarnation):
+			s.fail("frames", "%s: %s of %s %v carries %s %s", ss.name, m.SubscriptionID, sub.topic, sub.known, m.Topic, m.TopicIncarnation)
+		case m.TopicIncarnation < sub.msgInc:
+			// A queue is FIFO across a deletion: the old incarnation's
+			// messages come first.
+			s.fail("frames", "%s: %s message of %s after one of %s", ss.name, m.SubscriptionID, m.TopicIncarnation, sub.msgInc)
+		case m.TopicIncarnation == sub.msgInc && m.TopicSequence <= sub.lastSeq:
 			s.fail("frames", "%s: %s sequence %d after %d", ss.name, m.SubscriptionID, m.TopicSequence, sub.lastSeq)
 		case sub.mode == wire.ModeBounded && m.Replaced != 0:
 			s.fail("frames", "%s: bounded %s reports %d replaced", ss.name, m.SubscriptionID, m.Replaced)
 		default:
-			sub.lastSeq = m.TopicSequence
+			sub.msgInc, sub.lastSeq = m.TopicIncarnation, m.TopicSequence
 		}
 		ss.dlvs[dlv] = &simDlv{op: env.Op, sub: m.SubscriptionID, atts: atts}
 		s.logf("%s < bus-%d topic.message %s %s %s seq=%d replaced=%d payload=%dB atts=%s", ss.name, env.ID, dlv,
@@ -566,6 +602,38 @@ func (s *sim) onNotice(ss *simSession, env *wire.Envelope) {
 			s.fail("client-view", "%s: subscription.closed for %s, which the client does not hold", ss.name, n.SubscriptionID)
 		}
 		delete(ss.subs, n.SubscriptionID)
+	case wire.OpSubscriptionTopic:
+		var n wire.SubscriptionTopic
+		s.decodeBody(ss, env, &n)
+		s.logf("%s < bus-%d subscription.topic %s %s %s", ss.name, env.ID, n.SubscriptionID, n.Topic, n.TopicIncarnation)
+		switch sub := ss.subs[n.SubscriptionID]; {
+		case !ss.awaitExt:
+			s.fail("frames", "%s: subscription.topic without extension await-topic", ss.name)
+		case sub == nil || !sub.await || sub.topic != n.Topic:
+			s.fail("client-view", "%s: subscription.topic for %s, which the client does not hold awaiting %s", ss.name, n.SubscriptionID, n.Topic)
+		case n.TopicIncarnation.Valid == (sub.inc != 0):
+			// Declarations and deletions alternate.
+			s.fail("frames", "%s: %s on %s is told %s", ss.name, n.SubscriptionID, sub.inc, n.TopicIncarnation)
+		default:
+			sub.inc = n.TopicIncarnation.V
+			if n.TopicIncarnation.Valid {
+				sub.known = append(sub.known, sub.inc)
+			}
+		}
+	case wire.OpSubscriptionPublishers:
+		var n wire.SubscriptionPublishers
+		s.decodeBody(ss, env, &n)
+		s.logf("%s < bus-%d subscription.publishers %s %s %d", ss.name, env.ID, n.SubscriptionID, n.Topic, n.Publishers)
+		switch sub := ss.subs[n.SubscriptionID]; {
+		case !ss.presence:
+			s.fail("frames", "%s: subscription.publishers without extension presence", ss.name)
+		case sub == nil || sub.topic != n.Topic:
+			s.fail("client-view", "%s: subscription.publishers for %s, which the client does not hold on %s", ss.name, n.SubscriptionID, n.Topic)
+		case sub.counted && int(n.Publishers) == sub.publishers:
+			s.fail("frames", "%s: %s told %d publishers again", ss.name, n.SubscriptionID, n.Publishers)
+		default:
+			sub.publishers, sub.counted = int(n.Publishers), true
+		}
 	case wire.OpConnectionClosing:
 		var n wire.ConnectionClosing
 		s.decodeBody(ss, env, &n)

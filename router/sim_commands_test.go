@@ -254,7 +254,7 @@ func (s *sim) opDeclare(ss *simSession) bool {
 func (s *sim) opClearOrDelete(ss *simSession) bool {
 	name := s.topicName()
 	op := wire.OpTopicClear
-	if s.rng.IntN(3) == 0 {
+	if s.rng.IntN(2) == 0 {
 		op = wire.OpTopicDelete
 	}
 	s.logf("%s > %s %s", ss.name, op, name)
@@ -274,8 +274,21 @@ func (s *sim) opSubscribe(ss *simSession) bool {
 		b.Mode = wire.ModeBounded
 		b.MaxQueued, b.MaxInFlight = s.upTo(s.lim.MaxBoundedQueued), s.upTo(s.lim.MaxBoundedInFlight)
 	}
-	s.logf("%s > subscribe %s %s q=%d f=%d replay=%v", ss.name, b.Topic, b.Mode, b.MaxQueued, b.MaxInFlight, b.ReplayLatest)
-	s.send(ss, wire.OpSubscribe, b, nil, &simCmd{topic: b.Topic, mode: b.Mode})
+	cmd := &simCmd{topic: b.Topic, mode: b.Mode}
+	switch r := s.rng.IntN(40); {
+	case ss.awaitExt && r < 20:
+		// Mostly a name nobody declared yet, or one a deletion may free.
+		b.AwaitTopic, cmd.await = wire.Some(r < 18), r < 18
+		if r < 8 {
+			b.Topic = simTopics[s.rng.IntN(len(simTopics))]
+			cmd.topic = b.Topic
+		}
+	case !ss.awaitExt && r == 0:
+		b.AwaitTopic, cmd.mustFail, cmd.tampered = wire.Some(true), true, "awaitTopic without the extension"
+	}
+	s.logf("%s > subscribe %s %s q=%d f=%d replay=%v await=%s%s", ss.name, b.Topic, b.Mode, b.MaxQueued, b.MaxInFlight, b.ReplayLatest,
+		b.AwaitTopic, simTag(cmd.tampered, false, ""))
+	s.send(ss, wire.OpSubscribe, b, nil, cmd)
 	return true
 }
 

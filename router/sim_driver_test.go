@@ -454,7 +454,12 @@ func (s *sim) sayHello() bool {
 		}
 		cl.incs++
 		h := &wire.Hello{ClientID: cl.id, ClientIncarnation: fmt.Sprintf("i%d", cl.incs), SupportedMajors: []uint32{1}}
-		s.logf("%s > bus.hello %s %s", ss.name, h.ClientID, h.ClientIncarnation)
+		// Most sessions ask for the extensions, some for none (a 1.0
+		// client), some for one and a name this router does not know.
+		h.Extensions = [][]string{nil, {wire.ExtAwaitTopic}, {"x-later", wire.ExtPresence},
+			{wire.ExtAwaitTopic, wire.ExtPresence}, {wire.ExtPresence, wire.ExtAwaitTopic}}[s.rng.IntN(5)]
+		ss.asked = h.Extensions
+		s.logf("%s > bus.hello %s %s extensions=%v", ss.name, h.ClientID, h.ClientIncarnation, h.Extensions)
 		s.send(ss, wire.OpHello, h, nil, &simCmd{expectOK: true})
 		return true
 	}

@@ -196,8 +196,13 @@ func (s *sim) checkInvariants() {
 		queued := 0
 		for _, sub := range c.subs {
 			subCount++
-			if sub.conn != c || sub.closed || k.topics[sub.topic.name] != sub.topic || simCount(sub.topic.subs, sub) != 1 {
-				s.fail("subs", "%s: %s disagrees with its connection or topic", name, sub.id)
+			switch t := sub.topic; {
+			case sub.conn != c || sub.closed:
+				s.fail("subs", "%s: %s disagrees with its connection", name, sub.id)
+			case t == nil && (!sub.await || k.topics[sub.name] != nil || simCount(k.waiting[sub.name], sub) != 1):
+				s.fail("await", "%s: %s has no topic but is not one awaiting %s (await %v)", name, sub.id, sub.name, sub.await)
+			case t != nil && (t.name != sub.name || k.topics[t.name] != t || simCount(t.subs, sub) != 1):
+				s.fail("subs", "%s: %s disagrees with its topic", name, sub.id)
 			}
 			limit := sub.maxQueued
 			if sub.mode == wire.ModeLatest {
@@ -308,8 +313,39 @@ func (s *sim) checkInvariants() {
 			retained += artifactBytes(m.arts)
 		}
 	}
+	// Subscriptions awaiting a declaration: only names no topic has.
+	for name, subs := range k.waiting {
+		if len(subs) == 0 || k.topics[name] != nil {
+			s.fail("await", "%d subscriptions await %s, declared: %v", len(subs), name, k.topics[name] != nil)
+		}
+		topicSubs += len(subs)
+		for _, sub := range subs {
+			if sub.topic != nil || !sub.await || sub.name != name || k.conns[sub.conn.id] != sub.conn || simCount(sub.conn.subs, sub) != 1 {
+				s.fail("await", "%s awaits %s, which its connection or topic does not say", sub.id, name)
+			}
+		}
+	}
 	if topicSubs != k.subCount {
 		s.fail("subs", "topics list %d subscriptions, counted %d", topicSubs, k.subCount)
+	}
+	// Presence: a topic's publishers are open connections, each once, and
+	// each connection lists the live topics it published on.
+	for name, t := range k.topics {
+		for _, c := range t.publishers {
+			if k.conns[c.id] != c || c.closing || simCount(t.publishers, c) != 1 || simCount(c.published, t) != 1 {
+				s.fail("presence", "topic %s counts %s, which is not an open publisher of it", name, s.names[c])
+			}
+		}
+		if t.lastPub != nil && simCount(t.publishers, t.lastPub) != 1 {
+			s.fail("presence", "topic %s's last publisher %s is not one of its publishers", name, s.names[t.lastPub])
+		}
+	}
+	for _, c := range k.conns {
+		for _, t := range c.published {
+			if k.topics[t.name] != t || simCount(t.publishers, c) != 1 {
+				s.fail("presence", "%s lists topic %s %s, which does not count it", s.names[c], t.name, t.inc)
+			}
+		}
 	}
 	if retained != k.retainedBytes || retained > lim.MaxRetainedBytes {
 		s.fail("retained-bytes", "retained values pin %d bytes, counted %d, maxRetainedBytes %d", retained, k.retainedBytes, lim.MaxRetainedBytes)
@@ -490,6 +526,24 @@ func (s *sim) checkView(ss *simSession) {
 		k = append(k, uint64(sub.id))
 	}
 	diff("subscriptions", idKeys(ss.subs), k)
+	// What the notices told the client of each subscription's topic and
+	// publishers is the core's now.
+	for _, sub := range c.subs {
+		v := ss.subs[sub.id]
+		if v == nil {
+			continue
+		}
+		inc, pubs := wire.TopicInc(0), 0
+		if sub.topic != nil {
+			inc, pubs = sub.topic.inc, len(sub.topic.publishers)
+		}
+		if v.inc != inc {
+			s.fail("await", "%s: the client has %s on %s %s, the core %s", ss.name, sub.id, sub.name, v.inc, inc)
+		}
+		if ss.presence && v.publishers != pubs {
+			s.fail("presence", "%s: the client counts %d publishers of %s for %s, the core %d", ss.name, v.publishers, sub.name, sub.id, pubs)
+		}
+	}
 	v, k = v[:0], k[:0]
 	for _, inc := range ss.services {
 		v = append(v, uint64(inc))

@@ -314,8 +314,12 @@ func (sc *simScenario) cmdConnect(a *simArgs) error {
 		s.attach(ss, c)
 		cl.incs++
 		ss.hello = true
+		// ext=await-topic,presence asks for extensions.
+		if e := a.opts["ext"]; e != "" {
+			ss.asked = strings.Split(e, ",")
+		}
 		s.send(ss, wire.OpHello, &wire.Hello{ClientID: cl.id, ClientIncarnation: fmt.Sprintf("i%d", cl.incs),
-			SupportedMajors: []uint32{1}}, nil, &simCmd{expectOK: true})
+			SupportedMajors: []uint32{1}, Extensions: ss.asked}, nil, &simCmd{expectOK: true})
 		s.afterStep()
 		s.pullOnce(ss)
 	}
@@ -397,7 +401,12 @@ func cmdSubscribe(c *simClientCmd) error {
 	if c.arg(1) == "latest" {
 		b.Mode = wire.ModeLatest
 	}
-	c.sc.s.send(c.ss, wire.OpSubscribe, b, nil, &simCmd{topic: b.Topic, mode: b.Mode})
+	// await asks to wait for the topic's declaration.
+	await := slices.Contains(c.pos, "await")
+	if await {
+		b.AwaitTopic = wire.Some(true)
+	}
+	c.sc.s.send(c.ss, wire.OpSubscribe, b, nil, &simCmd{topic: b.Topic, mode: b.Mode, await: await})
 	return nil
 }
 

@@ -34,9 +34,9 @@ package router
 //	go test ./router -run 'TestSim$' -sim.seeds=5000  5000 more seeds
 //	go test ./router -run TestSimScenarios            testdata/sim scripts
 //
-// A failure names the broken invariant: closing-empty, calls, client-view,
+// A failure names the broken invariant: await, closing-empty, calls, client-view,
 // collected, conns, control, deliveries, files, frames, holds, inflight,
-// owners, owners-results, queued-bytes, refusals, retained-bytes, roots,
+// owners, owners-results, presence, queued-bytes, refusals, retained-bytes, roots,
 // services, slots, snapshot, store-bytes, subs, teardown, topics, views or
 // wakeup (panic when the core panics). views is pool mode's promise: no
 // slot a program may still map (what a session owned when its connection

@@ -11,6 +11,8 @@ func (x *Hello) decodeJSON(d *Decoder, ti uint32, ctx string) *BusError {
 	if err != nil {
 		return err
 	}
+	opt := 0
+	x.Extensions = x.Extensions[:0]
 	for f.next() {
 		switch string(f.key) {
 		case "clientId":
@@ -28,6 +30,18 @@ func (x *Hello) decodeJSON(d *Decoder, ti uint32, ctx string) *BusError {
 					x.SupportedMajors = append(x.SupportedMajors, v)
 				}
 			}
+		case "extensions":
+			opt++
+			var first, end uint32
+			if first, end, err = f.array(0, MaxExtensions); err == nil {
+				x.Extensions = x.Extensions[:0]
+				for i := first; i < end && err == nil; i = d.nextElem(i) {
+					e := f.elem(i)
+					var v string
+					v, err = e.interned(ValidIDBytes, "not a valid Id")
+					x.Extensions = append(x.Extensions, v)
+				}
+			}
 		default:
 			err = f.unknown()
 		}
@@ -35,7 +49,7 @@ func (x *Hello) decodeJSON(d *Decoder, ti uint32, ctx string) *BusError {
 			return err
 		}
 	}
-	return f.require("clientId", "clientIncarnation", "supportedMajors")
+	return f.requireOpt(opt, "clientId", "clientIncarnation", "supportedMajors")
 }
 
 // AppendJSON appends x as a JSON object.
@@ -51,7 +65,18 @@ func (x *Hello) AppendJSON(b []byte) []byte {
 		}
 		b = strconv.AppendUint(b, uint64(v), 10)
 	}
-	return append(b, "]}"...)
+	b = append(b, ']')
+	if len(x.Extensions) > 0 {
+		b = append(b, `,"extensions":[`...)
+		for i, v := range x.Extensions {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, v)
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}')
 }
 
 // Register (commands.go)
@@ -354,6 +379,8 @@ func (x *Subscribe) decodeJSON(d *Decoder, ti uint32, ctx string) *BusError {
 	if err != nil {
 		return err
 	}
+	opt := 0
+	x.AwaitTopic = Opt[bool]{}
 	for f.next() {
 		switch string(f.key) {
 		case "topic":
@@ -368,6 +395,11 @@ func (x *Subscribe) decodeJSON(d *Decoder, ti uint32, ctx string) *BusError {
 			x.MaxInFlight, err = f.u32(1, 65535)
 		case "replayLatest":
 			x.ReplayLatest, err = f.boolean()
+		case "awaitTopic":
+			opt++
+			var v bool
+			v, err = f.boolean()
+			x.AwaitTopic = Opt[bool]{Valid: err == nil, V: v}
 		default:
 			err = f.unknown()
 		}
@@ -375,7 +407,7 @@ func (x *Subscribe) decodeJSON(d *Decoder, ti uint32, ctx string) *BusError {
 			return err
 		}
 	}
-	return f.require("topic", "mode", "maxQueued", "maxInFlight", "replayLatest")
+	return f.requireOpt(opt, "topic", "mode", "maxQueued", "maxInFlight", "replayLatest")
 }
 
 // AppendJSON appends x as a JSON object.
@@ -390,6 +422,10 @@ func (x *Subscribe) AppendJSON(b []byte) []byte {
 	b = strconv.AppendUint(b, uint64(x.MaxInFlight), 10)
 	b = append(b, `,"replayLatest":`...)
 	b = appendBool(b, x.ReplayLatest)
+	if x.AwaitTopic.Valid {
+		b = append(b, `,"awaitTopic":`...)
+		b = appendBool(b, x.AwaitTopic.V)
+	}
 	return append(b, '}')
 }
 
@@ -1017,9 +1053,12 @@ func (x *SubscriptionClosed) decodeJSON(d *Decoder, ti uint32, ctx string) *BusE
 		case "topic":
 			x.Topic, err = f.interned(ValidNameBytes, "not a valid name")
 		case "topicIncarnation":
-			var v uint64
-			v, err = f.serial(FamTop)
-			x.TopicIncarnation = TopicInc(v)
+			x.TopicIncarnation = Opt[TopicInc]{}
+			if d.kind(f.val) != KindNull {
+				var v uint64
+				v, err = f.serial(FamTop)
+				x.TopicIncarnation = Opt[TopicInc]{Valid: err == nil, V: TopicInc(v)}
+			}
 		case "reason":
 			x.Reason, err = f.text(MaxReasonLen)
 		default:
@@ -1039,9 +1078,98 @@ func (x *SubscriptionClosed) AppendJSON(b []byte) []byte {
 	b = append(b, `,"topic":`...)
 	b = appendString(b, x.Topic)
 	b = append(b, `,"topicIncarnation":`...)
-	b = appendSerialStr(b, FamTop, uint64(x.TopicIncarnation))
+	if x.TopicIncarnation.Valid {
+		b = appendSerialStr(b, FamTop, uint64(x.TopicIncarnation.V))
+	} else {
+		b = append(b, "null"...)
+	}
 	b = append(b, `,"reason":`...)
 	b = appendString(b, truncateText(x.Reason, MaxReasonLen))
+	return append(b, '}')
+}
+
+// SubscriptionTopic (events.go)
+
+func (x *SubscriptionTopic) decodeJSON(d *Decoder, ti uint32, ctx string) *BusError {
+	f, err := d.object(ti, ctx)
+	if err != nil {
+		return err
+	}
+	for f.next() {
+		switch string(f.key) {
+		case "subscriptionId":
+			var v uint64
+			v, err = f.serial(FamSub)
+			x.SubscriptionID = SubID(v)
+		case "topic":
+			x.Topic, err = f.interned(ValidNameBytes, "not a valid name")
+		case "topicIncarnation":
+			x.TopicIncarnation = Opt[TopicInc]{}
+			if d.kind(f.val) != KindNull {
+				var v uint64
+				v, err = f.serial(FamTop)
+				x.TopicIncarnation = Opt[TopicInc]{Valid: err == nil, V: TopicInc(v)}
+			}
+		default:
+			err = f.unknown()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return f.require("subscriptionId", "topic", "topicIncarnation")
+}
+
+// AppendJSON appends x as a JSON object.
+func (x *SubscriptionTopic) AppendJSON(b []byte) []byte {
+	b = append(b, `{"subscriptionId":`...)
+	b = appendSerialStr(b, FamSub, uint64(x.SubscriptionID))
+	b = append(b, `,"topic":`...)
+	b = appendString(b, x.Topic)
+	b = append(b, `,"topicIncarnation":`...)
+	if x.TopicIncarnation.Valid {
+		b = appendSerialStr(b, FamTop, uint64(x.TopicIncarnation.V))
+	} else {
+		b = append(b, "null"...)
+	}
+	return append(b, '}')
+}
+
+// SubscriptionPublishers (events.go)
+
+func (x *SubscriptionPublishers) decodeJSON(d *Decoder, ti uint32, ctx string) *BusError {
+	f, err := d.object(ti, ctx)
+	if err != nil {
+		return err
+	}
+	for f.next() {
+		switch string(f.key) {
+		case "subscriptionId":
+			var v uint64
+			v, err = f.serial(FamSub)
+			x.SubscriptionID = SubID(v)
+		case "topic":
+			x.Topic, err = f.interned(ValidNameBytes, "not a valid name")
+		case "publishers":
+			x.Publishers, err = f.u32(0, 2147483647)
+		default:
+			err = f.unknown()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return f.require("subscriptionId", "topic", "publishers")
+}
+
+// AppendJSON appends x as a JSON object.
+func (x *SubscriptionPublishers) AppendJSON(b []byte) []byte {
+	b = append(b, `{"subscriptionId":`...)
+	b = appendSerialStr(b, FamSub, uint64(x.SubscriptionID))
+	b = append(b, `,"topic":`...)
+	b = appendString(b, x.Topic)
+	b = append(b, `,"publishers":`...)
+	b = strconv.AppendUint(b, uint64(x.Publishers), 10)
 	return append(b, '}')
 }
 
@@ -1210,6 +1338,21 @@ func (x *HelloOK) decodeJSON(d *Decoder, ti uint32, ctx string) *BusError {
 			x.ContractDigest, err = f.digest()
 		case "limits":
 			err = x.Limits.decodeJSON(d, f.val, d.path(ctx, ".limits"))
+		case "extensions":
+			var first, end uint32
+			if first, end, err = f.array(0, MaxExtensions); err == nil {
+				x.Extensions = x.Extensions[:0]
+				for i := first; i < end && err == nil; i = d.nextElem(i) {
+					e := f.elem(i)
+					var v string
+					v, err = e.interned(ValidIDBytes, "not a valid Id")
+					x.Extensions = append(x.Extensions, v)
+				}
+			}
+		case "storeId":
+			var v uint64
+			v, err = f.tag("store-")
+			x.StoreID = StoreID(v)
 		default:
 			err = f.unknown()
 		}
@@ -1217,7 +1360,7 @@ func (x *HelloOK) decodeJSON(d *Decoder, ti uint32, ctx string) *BusError {
 			return err
 		}
 	}
-	return f.require("routerId", "connectionId", "selectedMajor", "selectedMinor", "contractDigest", "limits")
+	return f.require("routerId", "connectionId", "selectedMajor", "selectedMinor", "contractDigest", "limits", "extensions", "storeId")
 }
 
 // AppendJSON appends x as a JSON object.
@@ -1234,7 +1377,16 @@ func (x *HelloOK) AppendJSON(b []byte) []byte {
 	b = appendDigest(b, x.ContractDigest)
 	b = append(b, `,"limits":`...)
 	b = x.Limits.AppendJSON(b)
-	return append(b, '}')
+	b = append(b, `,"extensions":[`...)
+	for i, v := range x.Extensions {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, v)
+	}
+	b = append(b, `],"storeId":"`...)
+	b = appendTag(b, "store-", uint64(x.StoreID))
+	return append(b, `"}`...)
 }
 
 // RegisterOK (replies.go)
@@ -1519,9 +1671,12 @@ func (x *SubscribeOK) decodeJSON(d *Decoder, ti uint32, ctx string) *BusError {
 			v, err = f.serial(FamSub)
 			x.SubscriptionID = SubID(v)
 		case "topicIncarnation":
-			var v uint64
-			v, err = f.serial(FamTop)
-			x.TopicIncarnation = TopicInc(v)
+			x.TopicIncarnation = Opt[TopicInc]{}
+			if d.kind(f.val) != KindNull {
+				var v uint64
+				v, err = f.serial(FamTop)
+				x.TopicIncarnation = Opt[TopicInc]{Valid: err == nil, V: TopicInc(v)}
+			}
 		default:
 			err = f.unknown()
 		}
@@ -1537,7 +1692,11 @@ func (x *SubscribeOK) AppendJSON(b []byte) []byte {
 	b = append(b, `{"subscriptionId":`...)
 	b = appendSerialStr(b, FamSub, uint64(x.SubscriptionID))
 	b = append(b, `,"topicIncarnation":`...)
-	b = appendSerialStr(b, FamTop, uint64(x.TopicIncarnation))
+	if x.TopicIncarnation.Valid {
+		b = appendSerialStr(b, FamTop, uint64(x.TopicIncarnation.V))
+	} else {
+		b = append(b, "null"...)
+	}
 	return append(b, '}')
 }
 

@@ -3,15 +3,18 @@ package wire
 // Command bodies, one type per command of docs/protocol.md's Operations
 // section. Each decodes strictly (unknown fields refused, every field
 // required) and appends itself as JSON, by codecs generated from these
-// struct tags into codecs_gen.go: json names the member, wire is its label
+// struct tags into codecs_gen.go: json names the member (",omitempty":
+// an optional member, see internal/wiregen), wire is its label
 // in the Contract text, codec adds what the label leaves out (see
 // internal/wiregen).
 
-// Hello is bus.hello.
+// Hello is bus.hello. Extensions may be absent (a 1.0 client's hello):
+// none are asked for then, and an empty list is not written.
 type Hello struct {
 	ClientID          string   `json:"clientId" wire:"Id"`
 	ClientIncarnation string   `json:"clientIncarnation" wire:"Id"`
 	SupportedMajors   []uint32 `json:"supportedMajors" wire:"[int 1..65535]" codec:"len=1..MaxSupportedMajors"`
+	Extensions        []string `json:"extensions,omitempty" wire:"[Id 0..16]" codec:"len=0..MaxExtensions"`
 }
 
 // Register is service.register.
@@ -74,13 +77,16 @@ type TopicName struct {
 	Name string `json:"name" wire:"Name"`
 }
 
-// Subscribe is subscribe.
+// Subscribe is subscribe. AwaitTopic belongs to extension await-topic: it
+// is written only when Valid, and a connection that was not granted the
+// extension may not send it at all.
 type Subscribe struct {
-	Topic        string `json:"topic" wire:"Name"`
-	Mode         Mode   `json:"mode" wire:"latest|bounded"`
-	MaxQueued    uint32 `json:"maxQueued" wire:"int 1..65535"`
-	MaxInFlight  uint32 `json:"maxInFlight" wire:"int 1..65535"`
-	ReplayLatest bool   `json:"replayLatest"`
+	Topic        string    `json:"topic" wire:"Name"`
+	Mode         Mode      `json:"mode" wire:"latest|bounded"`
+	MaxQueued    uint32    `json:"maxQueued" wire:"int 1..65535"`
+	MaxInFlight  uint32    `json:"maxInFlight" wire:"int 1..65535"`
+	ReplayLatest bool      `json:"replayLatest"`
+	AwaitTopic   Opt[bool] `json:"awaitTopic,omitempty"`
 }
 
 // Unsubscribe is unsubscribe.

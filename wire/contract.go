@@ -40,15 +40,19 @@ func Shapes() []Shape {
 		{OpCallFailed, KindNotice, &CallFailed{}, nil},
 		{OpRouteRemoved, KindNotice, &RouteRemoved{}, nil},
 		{OpSubscriptionClosed, KindNotice, &SubscriptionClosed{}, nil},
+		{OpSubscriptionTopic, KindNotice, &SubscriptionTopic{}, nil},
+		{OpSubscriptionPublishers, KindNotice, &SubscriptionPublishers{}, nil},
 		{OpConnectionClosing, KindNotice, &ConnectionClosing{}, nil},
 	}
 }
 
 // Contract is the text listing of every operation, delivery and notice
-// shape of flybus 1.0. Its SHA-256 is the contractDigest exchanged in
-// bus.hello; a test renders the Go body types and fails when they and this
-// text disagree, so a schema change cannot ship without a digest change.
-const Contract = `flybus contract 1.0
+// shape of flybus 1.1, and of the extensions: which members and notices
+// each adds. A member written key?:label is optional. Its SHA-256 is the
+// contractDigest exchanged in bus.hello; a test renders the Go body types
+// and fails when they and this text disagree, so a schema change cannot
+// ship without a digest change.
+const Contract = `flybus contract 1.1
 envelope {protocol:"flybus", major:int, minor:int, id:MsgId|BusId, replyTo:MsgId|null, kind:command|reply|delivery|notice, op:Op, body:object, attachments:[Attachment 0..32]}
 reply {ok:true, value:object} | {ok:false, error:{code:ErrorCode, message:Text, dispatch:Dispatch}}
 ArtifactRef {storeId:StoreId, artifactId:ArtifactId, generation:U64, byteLength:U64, contentType:ContentType, digest:Digest|null}
@@ -56,7 +60,7 @@ Attachment {name:Id, ref:ArtifactRef, ownerId:OwnerId}
 Location {storeId:StoreId, relativePath:RelPath}
 Identity {clientId:Id, clientIncarnation:Id}
 Limits {maxEnvelopeBytes:U64, maxAttachments:int, maxBatch:int, maxClients:int, maxServices:int, maxTopics:int, maxSubscriptionsPerClient:int, maxSubscriptions:int, maxActiveCallsPerClient:int, maxServiceQueued:int, maxServiceInFlight:int, maxLatestInFlight:int, maxBoundedQueued:int, maxBoundedInFlight:int, maxOwnersPerClient:int, reservedOwnersPerClient:int, maxControlFrames:int, maxStoreBytes:U64, maxArtifactBytes:U64, maxRetainedBytes:U64, maxQueuedBytesPerClient:U64, maxControlBytes:U64}
-command bus.hello {clientId:Id, clientIncarnation:Id, supportedMajors:[int 1..65535]} -> {routerId:RouterId, connectionId:ConnId, selectedMajor:int, selectedMinor:int, contractDigest:Digest, limits:Limits}
+command bus.hello {clientId:Id, clientIncarnation:Id, supportedMajors:[int 1..65535], extensions?:[Id 0..16]} -> {routerId:RouterId, connectionId:ConnId, selectedMajor:int, selectedMinor:int, contractDigest:Digest, limits:Limits, extensions:[Id 0..16], storeId:StoreId}
 command service.register {name:Name, maxQueued:int 1..65535, maxInFlight:int 1..65535} -> {serviceIncarnation:SvcId}
 command service.unregister {name:Name, serviceIncarnation:SvcId} -> {removed:bool}
 command rpc.call {callId:CallId, target:Name, expectedIncarnation:SvcId|null, method:Method, payload:object} -> {accepted:bool, serviceIncarnation:SvcId}
@@ -66,7 +70,7 @@ command rpc.responder.release {callId:CallId, requestDeliveryId:DeliveryId} -> {
 command topic.declare {name:Name, retained:none|latest} -> {declared:bool, topicIncarnation:TopicId}
 command topic.clear {name:Name} -> {cleared:bool}
 command topic.delete {name:Name} -> {deleted:bool}
-command subscribe {topic:Name, mode:latest|bounded, maxQueued:int 1..65535, maxInFlight:int 1..65535, replayLatest:bool} -> {subscriptionId:SubId, topicIncarnation:TopicId}
+command subscribe {topic:Name, mode:latest|bounded, maxQueued:int 1..65535, maxInFlight:int 1..65535, replayLatest:bool, awaitTopic?:bool} -> {subscriptionId:SubId, topicIncarnation:TopicId|null}
 command unsubscribe {subscriptionId:SubId} -> {removed:bool}
 command publish {topic:Name, payload:object} -> {topicSequence:U64, subscribers:U64, replaced:U64}
 command delivery.consumed {deliveryIds:[DeliveryId 1..64]} -> {released:U64}
@@ -80,8 +84,12 @@ delivery rpc.result {deliveryId:DeliveryId, callId:CallId, responder:Identity, s
 delivery topic.message {deliveryId:DeliveryId, subscriptionId:SubId, topic:Name, topicIncarnation:TopicId, topicSequence:U64, replaced:U64, payload:object}
 notice call.failed {callId:CallId, code:ErrorCode, message:Text, dispatch:Dispatch}
 notice route.removed {name:Name, serviceIncarnation:SvcId, reason:Text}
-notice subscription.closed {subscriptionId:SubId, topic:Name, topicIncarnation:TopicId, reason:Text}
+notice subscription.closed {subscriptionId:SubId, topic:Name, topicIncarnation:TopicId|null, reason:Text}
+notice subscription.topic {subscriptionId:SubId, topic:Name, topicIncarnation:TopicId|null}
+notice subscription.publishers {subscriptionId:SubId, topic:Name, publishers:int 0..2147483647}
 notice connection.closing {code:ErrorCode, message:Text}
+extension await-topic subscribe.awaitTopic subscription.topic
+extension presence subscription.publishers
 attachments rpc.call rpc.reply publish rpc.request rpc.result topic.message
 errors INVALID_ENVELOPE VERSION_MISMATCH NOT_AUTHORIZED NO_SERVICE TARGET_CHANGED BACKPRESSURE CALL_GONE ARTIFACT_UNSEALED ARTIFACT_GONE OWNER_INVALID QUOTA_EXCEEDED STORE_FAILURE ROUTER_LOST CONFLICT NO_TOPIC ARTIFACT_MISMATCH
 dispatch not-dispatched dispatched unknown

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -12,13 +13,22 @@ import (
 func renderShape(t reflect.Type) string {
 	var parts []string
 	for _, m := range shapeMembers(t, nil) {
-		parts = append(parts, m.key+":"+m.label)
+		key := m.key
+		if m.optional {
+			key += "?"
+		}
+		parts = append(parts, key+":"+m.label)
 	}
 	return "{" + strings.Join(parts, ", ") + "}"
 }
 
-// shapeMember is one member of a body as Contract writes it.
-type shapeMember struct{ key, label string }
+// shapeMember is one member of a body as Contract writes it. An optional
+// member (json ",omitempty") is written key?:label, and its key here has
+// no "?".
+type shapeMember struct {
+	key, label string
+	optional   bool
+}
 
 // shapeMembers appends the members of the struct t (or *t) to out. An
 // embedded struct without a json name contributes its own members in its
@@ -29,7 +39,7 @@ func shapeMembers(t reflect.Type, out []shapeMember) []shapeMember {
 	}
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
 		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
 			out = shapeMembers(f.Type, out)
 			continue
@@ -37,11 +47,16 @@ func shapeMembers(t reflect.Type, out []shapeMember) []shapeMember {
 		if !f.IsExported() {
 			continue
 		}
+		optional := opts == "omitempty"
 		label := f.Tag.Get("wire")
 		if label == "" {
 			label = typeLabel(f.Type)
+			if optional {
+				// Absent, not null, when unset.
+				label = strings.TrimSuffix(label, "|null")
+			}
 		}
-		out = append(out, shapeMember{name, label})
+		out = append(out, shapeMember{name, label, optional})
 	}
 	return out
 }
@@ -90,7 +105,7 @@ func renderLimits() string {
 
 func renderContract() string {
 	var b strings.Builder
-	b.WriteString("flybus contract 1.0\n")
+	b.WriteString(fmt.Sprintf("flybus contract %d.%d\n", Major, Minor))
 	b.WriteString(`envelope {protocol:"flybus", major:int, minor:int, id:MsgId|BusId, replyTo:MsgId|null, kind:command|reply|delivery|notice, op:Op, body:object, attachments:[Attachment 0..32]}` + "\n")
 	b.WriteString("reply {ok:true, value:object} | {ok:false, error:{code:ErrorCode, message:Text, dispatch:Dispatch}}\n")
 	for _, v := range []any{ArtifactRef{}, Attachment{}, Location{}, Identity{}} {
@@ -108,6 +123,14 @@ func renderContract() string {
 		if s.Op.CarriesAttachments() {
 			atts = append(atts, s.Op.String())
 		}
+	}
+	for _, e := range Extensions() {
+		parts := []string{"extension", e.Name}
+		parts = append(parts, e.Members...)
+		for _, op := range e.Notices {
+			parts = append(parts, op.String())
+		}
+		b.WriteString(strings.Join(parts, " ") + "\n")
 	}
 	b.WriteString("attachments " + strings.Join(atts, " ") + "\n")
 	// The codes are part of the contract: adding one changes the digest.

@@ -172,6 +172,20 @@ func (f *fields) require(names ...string) *BusError {
 	return bodyErr(f.ctx, "", "missing field")
 }
 
+// requireOpt is require for a body with optional members, of which the
+// object had opt.
+func (f *fields) requireOpt(opt int, names ...string) *BusError {
+	if int(f.count) == len(names)+opt {
+		return nil
+	}
+	for _, n := range names {
+		if !f.has(n) {
+			return bodyErr(f.ctx, n, "missing")
+		}
+	}
+	return bodyErr(f.ctx, "", "missing field")
+}
+
 // has reports whether the object has member name; for error paths only.
 func (f *fields) has(name string) bool {
 	for i := f.first; i < f.end; i = f.d.sc.toks[i+1].next {

@@ -1,18 +1,24 @@
 package wire
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+)
 
 // Protocol constants of flybus v1.
 const (
 	ProtocolName     = "flybus"
 	Major            = 1
-	Minor            = 0
+	Minor            = 1
 	MaxEnvelopeBytes = 65536
 	MaxAttachments   = 32
 	MaxBatch         = 64
 	MaxCredit        = 65535
 	// MaxSupportedMajors bounds bus.hello's supportedMajors list.
 	MaxSupportedMajors = 16
+	// MaxExtensions bounds the extensions a hello asks for and its reply
+	// grants.
+	MaxExtensions = 16
 )
 
 // EnvKind is an envelope's kind.
@@ -67,6 +73,8 @@ const (
 	OpCallFailed
 	OpRouteRemoved
 	OpSubscriptionClosed
+	OpSubscriptionTopic      // extension await-topic
+	OpSubscriptionPublishers // extension presence
 	OpConnectionClosing
 	numOps
 )
@@ -81,7 +89,8 @@ var opNames = [numOps]string{
 	OpArtifactOpen: "artifact.open", OpArtifactRetain: "artifact.retain",
 	OpArtifactRelease: "artifact.release", OpRPCRequest: "rpc.request", OpRPCResult: "rpc.result",
 	OpTopicMessage: "topic.message", OpCallFailed: "call.failed", OpRouteRemoved: "route.removed",
-	OpSubscriptionClosed: "subscription.closed", OpConnectionClosing: "connection.closing",
+	OpSubscriptionClosed: "subscription.closed", OpSubscriptionTopic: "subscription.topic",
+	OpSubscriptionPublishers: "subscription.publishers", OpConnectionClosing: "connection.closing",
 }
 
 func (o Op) String() string {
@@ -339,9 +348,12 @@ type Body interface {
 	decodeJSON(d *Decoder, ti uint32, ctx string) *BusError
 }
 
+// envelopeHead opens every envelope this package writes: version Major.Minor.
+var envelopeHead = `{"protocol":"flybus","major":` + strconv.Itoa(Major) + `,"minor":` + strconv.Itoa(Minor) + `,"id":`
+
 // AppendEnvelope appends the JSON of one envelope (no length prefix).
 func AppendEnvelope(b []byte, h Header, body Body, atts []Attachment) []byte {
-	b = append(b, `{"protocol":"flybus","major":1,"minor":0,"id":`...)
+	b = append(b, envelopeHead...)
 	if h.Kind == KindCommand {
 		b = appendSerialStr(b, FamMsg, h.ID)
 	} else {

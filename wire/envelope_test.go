@@ -318,6 +318,15 @@ var labelValues = map[string]labelCases{
 	}, good: []namedValue{
 		{"Count16", append(slices.Repeat([]int{1}, 15), 65535)},
 	}},
+	"[Id 0..16]": {bad: []namedValue{
+		{"Uppercase", []string{"Presence"}},
+		{"Count17", slices.Repeat([]string{"x"}, 17)},
+		{"Number", []int{1}},
+		{"NotList", "presence"},
+	}, good: []namedValue{
+		{"Empty", []string{}},
+		{"Unknown", []string{"x-later.1", ExtPresence}},
+	}},
 	"Name": {bad: []namedValue{
 		{"DoubleDot", "a..b"},
 		{"Empty", ""},
@@ -567,7 +576,21 @@ func TestBodyRefusesShape(t *testing.T) {
 			"CaseVariant":       good.with(strings.ToUpper(good[0].k[:1])+good[0].k[1:], good[0].v).String(),
 			"Empty":             "{}",
 		}
+		optional := map[string]bool{}
+		for _, m := range shapeMembers(reflect.TypeOf(s.Body), nil) {
+			optional[m.key] = m.optional
+		}
 		for _, m := range good {
+			if optional[m.k] {
+				// An optional member may be left out: the rest still decodes.
+				t.Run(prefix+"Absent/"+m.k, func(t *testing.T) {
+					if err := decodeBodyFrame(t, &d, s, bodyFrame(s, good.without(m.k).String())); err != nil {
+						t.Fatal(err)
+					}
+				})
+				variants["Null/"+m.k] = good.with(m.k, "null").String()
+				continue
+			}
 			variants["Missing/"+m.k] = good.without(m.k).String()
 		}
 		for name, body := range variants {

@@ -62,12 +62,36 @@ type RouteRemoved struct {
 	Reason             string     `json:"reason" wire:"Text" codec:"max=MaxReasonLen"`
 }
 
-// SubscriptionClosed is the subscription.closed notice.
+// SubscriptionClosed is the subscription.closed notice. TopicIncarnation
+// is null for a subscription that was awaiting its topic.
 type SubscriptionClosed struct {
-	SubscriptionID   SubID    `json:"subscriptionId"`
-	Topic            string   `json:"topic" wire:"Name"`
-	TopicIncarnation TopicInc `json:"topicIncarnation"`
-	Reason           string   `json:"reason" wire:"Text" codec:"max=MaxReasonLen"`
+	SubscriptionID   SubID         `json:"subscriptionId"`
+	Topic            string        `json:"topic" wire:"Name"`
+	TopicIncarnation Opt[TopicInc] `json:"topicIncarnation"`
+	Reason           string        `json:"reason" wire:"Text" codec:"max=MaxReasonLen"`
+}
+
+// SubscriptionTopic is the subscription.topic notice (extension
+// await-topic): an awaiting subscription's topic was declared (the new
+// incarnation) or deleted (null, and the subscription awaits the next
+// declaration).
+type SubscriptionTopic struct {
+	SubscriptionID   SubID         `json:"subscriptionId"`
+	Topic            string        `json:"topic" wire:"Name"`
+	TopicIncarnation Opt[TopicInc] `json:"topicIncarnation"`
+}
+
+// MaxPublishers bounds subscription.publishers' count: at most one per
+// connection, and maxClients fits an int32.
+const MaxPublishers = 1<<31 - 1
+
+// SubscriptionPublishers is the subscription.publishers notice (extension
+// presence): how many open connections have published on the
+// subscription's topic, its current incarnation, at least once.
+type SubscriptionPublishers struct {
+	SubscriptionID SubID  `json:"subscriptionId"`
+	Topic          string `json:"topic" wire:"Name"`
+	Publishers     uint32 `json:"publishers" wire:"int 0..2147483647"`
 }
 
 // ConnectionClosing is the connection.closing notice that precedes every

@@ -88,7 +88,9 @@ func (e *Envelope) DecodeReply(v Body) (*BusError, error) {
 	return be, nil
 }
 
-// HelloOK is bus.hello's reply value.
+// HelloOK is bus.hello's reply value. Extensions are the ones the router
+// granted, in the hello's order; StoreID names the router's store, the
+// directory under the store root where its artifacts live.
 type HelloOK struct {
 	RouterID       RouterID `json:"routerId"`
 	ConnectionID   ConnID   `json:"connectionId"`
@@ -96,6 +98,8 @@ type HelloOK struct {
 	SelectedMinor  uint32   `json:"selectedMinor" wire:"int" codec:"range=0..65535"`
 	ContractDigest Digest   `json:"contractDigest"`
 	Limits         Limits   `json:"limits"`
+	Extensions     []string `json:"extensions" wire:"[Id 0..16]" codec:"len=0..MaxExtensions"`
+	StoreID        StoreID  `json:"storeId"`
 }
 
 // RegisterOK is service.register's reply value.
@@ -146,10 +150,11 @@ type Deleted struct {
 	Deleted bool `json:"deleted"`
 }
 
-// SubscribeOK is subscribe's reply value.
+// SubscribeOK is subscribe's reply value. TopicIncarnation is null when
+// the subscription awaits a topic not declared yet (awaitTopic).
 type SubscribeOK struct {
-	SubscriptionID   SubID    `json:"subscriptionId"`
-	TopicIncarnation TopicInc `json:"topicIncarnation"`
+	SubscriptionID   SubID         `json:"subscriptionId"`
+	TopicIncarnation Opt[TopicInc] `json:"topicIncarnation"`
 }
 
 // PublishOK is publish's reply value.

@@ -37,7 +37,7 @@ func TestRoundTripBodies(t *testing.T) {
 			h := headerFor(s.Kind, s.Op, 7)
 			env := decodeFrame(t, &d, AppendEnvelope(nil, h, want, atts))
 			if env.Header() != h || env.Major != Major || env.Minor != Minor {
-				t.Errorf("header %+v %d.%d, want %+v 1.0", env.Header(), env.Major, env.Minor, h)
+				t.Errorf("header %+v %d.%d, want %+v %d.%d", env.Header(), env.Major, env.Minor, h, Major, Minor)
 			}
 			if !reflect.DeepEqual(env.Attachments, atts) && len(atts)+len(env.Attachments) > 0 {
 				t.Errorf("attachments\n got %+v\nwant %+v", env.Attachments, atts)
@@ -295,7 +295,7 @@ func TestRoundTripLongText(t *testing.T) {
 		})
 		t.Run("SubscriptionClosed/"+name, func(t *testing.T) {
 			frame := AppendEnvelope(nil, headerFor(KindNotice, OpSubscriptionClosed, 1),
-				&SubscriptionClosed{SubscriptionID: 1, Topic: "t", TopicIncarnation: 1, Reason: in}, nil)
+				&SubscriptionClosed{SubscriptionID: 1, Topic: "t", TopicIncarnation: Some(TopicInc(1)), Reason: in}, nil)
 			var got SubscriptionClosed
 			if err := decodeFrame(t, &d, frame).DecodeBody(&got); err != nil {
 				t.Fatal(err)

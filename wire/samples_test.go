@@ -33,9 +33,11 @@ func sampleAttachments() []Attachment {
 func sampleBodies() map[reflect.Type]Body {
 	loc := Location{StoreID: sampleStore, RelativePath: "staging/a-41.3"}
 	bodies := []Body{
-		&Hello{ClientID: "edge-1", ClientIncarnation: "inc.7", SupportedMajors: []uint32{1, 2, 65535}},
+		&Hello{ClientID: "edge-1", ClientIncarnation: "inc.7", SupportedMajors: []uint32{1, 2, 65535},
+			Extensions: []string{ExtPresence, "x-unknown.2", ExtAwaitTopic}},
 		&HelloOK{RouterID: 0x0123456789abcdef, ConnectionID: 3, SelectedMajor: 1, SelectedMinor: 2,
-			ContractDigest: ContractDigestValue(), Limits: DefaultLimits()},
+			ContractDigest: ContractDigestValue(), Limits: DefaultLimits(), Extensions: []string{ExtPresence, ExtAwaitTopic},
+			StoreID: sampleStore},
 		&Register{Name: "example.counter", MaxQueued: 16, MaxInFlight: 65535},
 		&RegisterOK{ServiceIncarnation: 4},
 		&Unregister{Name: "example.counter", ServiceIncarnation: 4},
@@ -54,8 +56,9 @@ func sampleBodies() map[reflect.Type]Body {
 		&TopicName{Name: "world.demo.frame"},
 		&Cleared{Cleared: true},
 		&Deleted{Deleted: true},
-		&Subscribe{Topic: "world.demo.frame", Mode: ModeBounded, MaxQueued: 64, MaxInFlight: 16, ReplayLatest: true},
-		&SubscribeOK{SubscriptionID: 6, TopicIncarnation: 5},
+		&Subscribe{Topic: "world.demo.frame", Mode: ModeBounded, MaxQueued: 64, MaxInFlight: 16, ReplayLatest: true,
+			AwaitTopic: Some(true)},
+		&SubscribeOK{SubscriptionID: 6, TopicIncarnation: Some(TopicInc(5))},
 		&Unsubscribe{SubscriptionID: 6},
 		&Publish{Topic: "world.demo.frame", Payload: RawJSON(`{"width":640,"height":480,"binding":{"image":"frame"}}`)},
 		&PublishOK{TopicSequence: 100, Subscribers: 3, Replaced: 1},
@@ -76,7 +79,9 @@ func sampleBodies() map[reflect.Type]Body {
 			TopicSequence: 100, Replaced: 2, Payload: RawJSON(`{"t":12.5}`)},
 		&CallFailed{CallID: 2, Code: ErrTargetChanged, Message: "service re-registered", Dispatch: DispatchUnknown},
 		&RouteRemoved{Name: "example.counter", ServiceIncarnation: 4, Reason: "unregistered"},
-		&SubscriptionClosed{SubscriptionID: 6, Topic: "world.demo.frame", TopicIncarnation: 5, Reason: "topic deleted"},
+		&SubscriptionClosed{SubscriptionID: 6, Topic: "world.demo.frame", TopicIncarnation: Some(TopicInc(5)), Reason: "router-shutdown"},
+		&SubscriptionTopic{SubscriptionID: 6, Topic: "world.demo.frame", TopicIncarnation: Some(TopicInc(7))},
+		&SubscriptionPublishers{SubscriptionID: 6, Topic: "world.demo.frame", Publishers: 3},
 		&ConnectionClosing{Code: ErrInvalidEnvelope, Message: "duplicate key"},
 	}
 	m := make(map[reflect.Type]Body, len(bodies))

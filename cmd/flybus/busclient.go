@@ -278,12 +278,23 @@ func boundID(err error) (string, bool) {
 // its id, and the tool connects once more as that id. It returns the id
 // used, for messages.
 func connectTool(ctx context.Context, socket, tool, id string, cfg client.Config) (*client.Client, string, error) {
+	return toolClient(ctx, client.ConnectUnix, socket, tool, id, cfg)
+}
+
+// dialTool is connectTool for a tool that runs until it is stopped: the
+// client waits for the router (within ctx) and reconnects after losing it.
+func dialTool(ctx context.Context, socket, tool, id string, cfg client.Config) (*client.Client, string, error) {
+	return toolClient(ctx, client.DialUnix, socket, tool, id, cfg)
+}
+
+func toolClient(ctx context.Context, connect func(context.Context, string, client.Config) (*client.Client, error),
+	socket, tool, id string, cfg client.Config) (*client.Client, string, error) {
 	explicit := id != ""
 	if !explicit {
 		id = defaultClientID(tool)
 	}
 	cfg.ClientID = id
-	bus, err := client.ConnectUnix(ctx, socket, cfg)
+	bus, err := connect(ctx, socket, cfg)
 	if err == nil || explicit {
 		return bus, id, err
 	}
@@ -292,7 +303,7 @@ func connectTool(ctx context.Context, socket, tool, id string, cfg client.Config
 		return nil, id, err
 	}
 	cfg.ClientID, cfg.ClientIncarnation = bound, ""
-	bus, err = client.ConnectUnix(ctx, socket, cfg)
+	bus, err = connect(ctx, socket, cfg)
 	return bus, bound, err
 }
 
@@ -321,7 +332,8 @@ func toolFailed(stderr io.Writer, name string, timeout time.Duration, err error)
 	case errors.Is(err, context.Canceled):
 		fmt.Fprintf(stderr, "flybus %s: interrupted\n", name)
 	default:
-		fmt.Fprintf(stderr, "flybus %s: %v\n", name, err)
+		// The SDK's errors begin "flybus: ": say it once.
+		fmt.Fprintf(stderr, "flybus %s: %s\n", name, strings.TrimPrefix(err.Error(), "flybus: "))
 	}
 	return exitFailure
 }

@@ -32,7 +32,7 @@ var commands []*command
 
 func init() {
 	// In the walk-through's order, so the list reads as a session does.
-	commands = []*command{demoCmd, serveCmd, declareCmd, subCmd, pubCmd, recordCmd, playCmd, callCmd, statsCmd, topCmd, contractCmd, versionCmd, helpCmd, perfCmd}
+	commands = []*command{demoCmd, serveCmd, declareCmd, subCmd, pubCmd, recordCmd, playCmd, callCmd, statsCmd, topCmd, edgeCmd, contractCmd, versionCmd, helpCmd, perfCmd}
 }
 
 func topUsage() string {

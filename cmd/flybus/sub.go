@@ -45,23 +45,30 @@ func subFlags(o *subOptions) *flag.FlagSet {
 	set.StringVar(&o.saveDir, "save-artifacts", "", "write each attachment to `DIR`/SEQ-NAME (created if missing; needs --store)")
 	set.StringVar(&o.store, "store", "", "the router's store root `DIR`, as given to serve --store (required with\n--save-artifacts)")
 	set.StringVar(&o.client, "client", "", clientFlagUsage)
-	durationVar(set, &o.timeout, "timeout", 10*time.Second, "give up connecting and subscribing after `D`; messages are awaited\nwithout limit")
+	durationVar(set, &o.timeout, "timeout", 10*time.Second, "give up connecting and subscribing after `D` (the router is waited for\nthat long); messages, a topic not declared yet and reconnections are\nawaited without limit")
 	return set
 }
 
 func subUsage() string {
-	notes := `Subscribes to TOPIC, which must be declared, and prints a first line to
-stderr, then one line per message to stdout:
+	notes := `Subscribes to TOPIC and prints a first line to stderr, then one line per
+message to stdout:
 
   subscribed to TOPIC (sub-N)
   #SEQ TOPIC PAYLOAD [(replaced R)] [[NAME: BYTES bytes, ...]]
+
+Start order does not matter: a router not up yet is waited for (up to
+--timeout), and a topic nobody has declared yet too (the first line then
+ends "waiting for it to be declared"). sub outlives its router: when the
+router stops or restarts, it reconnects and subscribes again, saying so
+on stderr, and goes on printing what is published after that.
 
 (replaced R) counts the messages a latest-mode subscription skipped; the
 brackets list the attachments. With --save-artifacts the files are complete
 before their line is printed (each is written under a temporary name, then
 renamed; mode 0600). Once subscribed, SIGINT or SIGTERM unsubscribes and
-exits 0, as does reaching --count. When the router closes the subscription
-or the connection (router shutdown), sub says why on stderr and exits 1.
+exits 0, as does reaching --count. When the router ends the subscription
+(a plain one could not be made again, or a grant was withdrawn), sub says
+why on stderr and exits 1.
 `
 	return usageText("flybus sub SOCKET TOPIC [--latest|--bounded] [--replay] [--count N] [--save-artifacts DIR --store DIR] [--client ID] [--timeout D]",
 		"Subscribe to a topic and print its messages.", subFlags(&subOptions{}), notes,
@@ -120,19 +127,26 @@ func runSub(c *command, args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	setup, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	bus, id, err := connectTool(setup, socket, c.name, o.client, client.Config{StoreRoot: o.store})
+	// A subscriber outlives router restarts: it reconnects and subscribes
+	// again until its --count is reached or it is stopped.
+	bus, id, err := dialTool(setup, socket, c.name, o.client, client.Config{StoreRoot: o.store})
 	if err != nil {
 		return connectFailed(stderr, c.name, id, o.timeout, err)
 	}
 	defer bus.Close()
-	sub, err := bus.Subscribe(setup, topic, cfg...)
+	// Any start order: a topic nobody has declared yet is waited for.
+	sub, err := bus.Subscribe(setup, topic, append(cfg, client.AwaitTopic())...)
 	if err != nil {
 		return toolFailed(stderr, c.name, o.timeout, err)
 	}
 	defer sub.Close()
 	cancel()
 	// Scripts and tests wait for this line before they publish.
-	fmt.Fprintf(stderr, "subscribed to %s (%s)\n", topic, sub.ID())
+	if sub.TopicIncarnation() == 0 {
+		fmt.Fprintf(stderr, "subscribed to %s (%s), waiting for it to be declared\n", topic, sub.ID())
+	} else {
+		fmt.Fprintf(stderr, "subscribed to %s (%s)\n", topic, sub.ID())
+	}
 
 	p := &printer{out: stdout, saveDir: o.saveDir, store: o.store}
 	for n := 0; o.count == 0 || n < o.count; n++ {

@@ -30,6 +30,7 @@ var walkSteps = []walkStep{
 		"      # connects as agent-a, the socket's id; NO_SERVICE until a program registers agent.echo\n"},
 	{"stats", "  flybus stats --metrics http://127.0.0.1:9100\n"},
 	{"top", "  flybus top --metrics http://127.0.0.1:9100 --once   # without --once: live, q quits\n"},
+	{"edge", "  flybus edge /tmp/flybus.sock --store /dev/shm/flybus --topic cam.frames --check\n"},
 	{"contract", "  flybus contract | tail -1\n"},
 	{"version", "  flybus version\n"},
 	{"help", "  flybus help pub\n"},

@@ -28,33 +28,63 @@ func (g *gen) body(b body) {
 func (g *gen) decoder(b body) {
 	g.printf("func (x *%s) decodeJSON(d *Decoder, ti uint32, ctx string) *BusError {\n", b.name)
 	g.printf("f, err := d.object(ti, ctx)\nif err != nil {\nreturn err\n}\n")
+	// An absent optional member decodes to its zero value, whatever a
+	// reused target held before; opt counts those present.
+	optional := false
+	for _, fl := range b.fields {
+		optional = optional || fl.optional
+	}
+	if optional {
+		g.printf("opt := 0\n")
+	}
+	for _, fl := range b.fields {
+		switch {
+		case fl.optional && fl.kind == 'o':
+			g.printf("x.%s = Opt[%s]{}\n", fl.goName, fl.typ)
+		case fl.optional:
+			g.printf("x.%s = x.%s[:0]\n", fl.goName, fl.goName)
+		}
+	}
 	g.printf("for f.next() {\nswitch string(f.key) {\n")
-	keys := make([]string, len(b.fields))
-	for i, fl := range b.fields {
-		keys[i] = strconv.Quote(fl.key)
+	var keys []string
+	for _, fl := range b.fields {
+		if !fl.optional {
+			keys = append(keys, strconv.Quote(fl.key))
+		}
 		g.printf("case %q:\n", fl.key)
+		if fl.optional {
+			g.printf("opt++\n")
+		}
 		dst := "x." + fl.goName
-		switch fl.kind {
-		case 's':
+		switch {
+		case fl.kind == 's':
 			g.read("f", dst, fl.typ, fl.sc, false)
-		case 'o':
+		case fl.kind == 'o' && fl.optional:
+			// Present means a value: an optional member is never null.
+			g.printf("var v %s\nv, err = f.%s\n", rawType(fl.typ, fl.sc), fl.sc.read)
+			g.printf("%s = Opt[%s]{Valid: err == nil, V: %s}\n", dst, fl.typ, convert(fl.typ, fl.sc, "v"))
+		case fl.kind == 'o':
 			opt := "Opt[" + fl.typ + "]"
 			g.printf("%s = %s{}\nif d.kind(f.val) != KindNull {\n", dst, opt)
 			g.printf("var v %s\nv, err = f.%s\n", rawType(fl.typ, fl.sc), fl.sc.read)
 			g.printf("%s = %s{Valid: err == nil, V: %s}\n}\n", dst, opt, convert(fl.typ, fl.sc, "v"))
-		case 'l':
+		case fl.kind == 'l':
 			g.printf("var first, end uint32\nif first, end, err = f.array(%s, %s); err == nil {\n", fl.lenLo, fl.lenHi)
 			g.printf("%s = %s[:0]\n", dst, dst)
 			g.printf("for i := first; i < end && err == nil; i = d.nextElem(i) {\ne := f.elem(i)\n")
 			g.read("e", dst, fl.typ, fl.sc, true)
 			g.printf("}\n}\n")
-		case 'n':
+		case fl.kind == 'n':
 			g.printf("err = %s.decodeJSON(d, f.val, d.path(ctx, %q))\n", dst, "."+fl.key)
 		}
 	}
 	g.printf("default:\nerr = f.unknown()\n}\n")
 	g.printf("if err != nil {\nreturn err\n}\n}\n")
-	g.printf("return f.require(%s)\n}\n\n", strings.Join(keys, ", "))
+	if optional {
+		g.printf("return f.requireOpt(opt, %s)\n}\n\n", strings.Join(keys, ", "))
+	} else {
+		g.printf("return f.require(%s)\n}\n\n", strings.Join(keys, ", "))
+	}
 }
 
 // read reads one scalar through cursor cur into dst, or appends it to the
@@ -94,32 +124,53 @@ func (g *gen) appender(b body) {
 		if i == 0 {
 			sep = "{"
 		}
-		g.lit = append(g.lit, sep+strconv.Quote(fl.key)+":"...)
 		v := "x." + fl.goName
-		switch fl.kind {
-		case 's':
-			g.write(fl.sc, v)
-		case 'o':
-			g.flush()
-			g.printf("if %s.Valid {\n", v)
-			g.write(fl.sc, v+".V")
-			g.flush()
-			g.printf("} else {\nb = append(b, \"null\"...)\n}\n")
-		case 'l':
-			g.lit = append(g.lit, '[')
-			g.flush()
-			g.printf("for i, v := range %s {\nif i > 0 {\nb = append(b, ',')\n}\n", v)
-			g.write(fl.sc, "v")
-			g.flush()
-			g.printf("}\n")
-			g.lit = append(g.lit, ']')
-		case 'n':
-			g.flush()
-			g.printf("b = %s.AppendJSON(b)\n", v)
+		if !fl.optional {
+			g.lit = append(g.lit, sep+strconv.Quote(fl.key)+":"...)
+			g.value(fl, v)
+			continue
 		}
+		// Written only when set; never first, so its comma is its own.
+		g.flush()
+		if fl.kind == 'o' {
+			g.printf("if %s.Valid {\n", v)
+			g.lit = append(g.lit, sep+strconv.Quote(fl.key)+":"...)
+			g.write(fl.sc, v+".V")
+		} else {
+			g.printf("if len(%s) > 0 {\n", v)
+			g.lit = append(g.lit, sep+strconv.Quote(fl.key)+":"...)
+			g.value(fl, v)
+		}
+		g.flush()
+		g.printf("}\n")
 	}
 	g.lit = append(g.lit, '}')
 	g.printf("return append(b, %s)\n}\n\n", g.literal())
+}
+
+// value writes one member's value, after its key.
+func (g *gen) value(fl field, v string) {
+	switch fl.kind {
+	case 's':
+		g.write(fl.sc, v)
+	case 'o':
+		g.flush()
+		g.printf("if %s.Valid {\n", v)
+		g.write(fl.sc, v+".V")
+		g.flush()
+		g.printf("} else {\nb = append(b, \"null\"...)\n}\n")
+	case 'l':
+		g.lit = append(g.lit, '[')
+		g.flush()
+		g.printf("for i, v := range %s {\nif i > 0 {\nb = append(b, ',')\n}\n", v)
+		g.write(fl.sc, "v")
+		g.flush()
+		g.printf("}\n")
+		g.lit = append(g.lit, ']')
+	case 'n':
+		g.flush()
+		g.printf("b = %s.AppendJSON(b)\n", v)
+	}
 }
 
 func (g *gen) write(sc scalar, v string) {

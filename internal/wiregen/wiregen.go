@@ -24,7 +24,12 @@
 // no codec of its own. Two members of one body may not share a name.
 //
 // Every member is required and every other member refused, as the protocol
-// says for every body.
+// says for every body, except a member whose json tag says ",omitempty":
+// an optional member, which an extension or a later minor added, so that
+// an older peer's body without it still decodes. Only an Opt[T] (absent
+// when not Valid; null is refused) or a list (absent means empty) may be
+// optional, and not as a body's first member. Absent members decode to
+// their zero value and are not written.
 package wiregen
 
 import (
@@ -120,6 +125,7 @@ type field struct {
 	sc          scalar
 	lenLo       string // arrays: bounds on the element count
 	lenHi       string
+	optional    bool // ",omitempty": may be absent, written only when set
 }
 
 type body struct {
@@ -217,6 +223,9 @@ func parseBodies(dir string) ([]body, error) {
 		b := body{name: sd.name, file: sd.file}
 		if err := p.members(&b, sd, nil); err != nil {
 			return nil, err
+		}
+		if len(b.fields) > 0 && b.fields[0].optional {
+			return nil, fmt.Errorf("wiregen: %s: the first member may not be optional", sd.name)
 		}
 		seen := map[string]bool{}
 		for _, fl := range b.fields {
@@ -326,8 +335,11 @@ func parseField(fd *ast.Field) (field, error) {
 	}
 	tags := reflect.StructTag(unquote(fd.Tag.Value))
 	fl := field{goName: goName, key: tags.Get("json")}
+	if key, ok := strings.CutSuffix(fl.key, ",omitempty"); ok {
+		fl.key, fl.optional = key, true
+	}
 	if fl.key == "" || strings.Contains(fl.key, ",") {
-		return fl, fmt.Errorf("%s: want a plain json member name", fl.goName)
+		return fl, fmt.Errorf("%s: want a plain json member name, or one with ,omitempty", fl.goName)
 	}
 	label, opts := tags.Get("wire"), parseOpts(tags.Get("codec"))
 	var elem ast.Expr
@@ -355,6 +367,10 @@ func parseField(fd *ast.Field) (field, error) {
 		return fl, fmt.Errorf("%s: unsupported element type", fl.goName)
 	}
 	fl.typ = id.Name
+	if fl.kind == 'l' && id.Name == "string" {
+		// "[Id 0..16]": the element's label, then the length codec:"len" checks.
+		label, _, _ = strings.Cut(label, " ")
+	}
 	sc, known, err := scalarFor(id.Name, label, opts)
 	if err != nil {
 		return fl, fmt.Errorf("%s: %v", fl.goName, err)
@@ -366,6 +382,9 @@ func parseField(fd *ast.Field) (field, error) {
 		fl.kind = 'n' // another body, with its own codec
 	}
 	fl.sc = sc
+	if fl.optional && fl.kind != 'o' && fl.kind != 'l' {
+		return fl, fmt.Errorf("%s: only an Opt or a list may be optional", fl.goName)
+	}
 	return fl, nil
 }
 

@@ -96,3 +96,38 @@ func TestGenerateRefusesUnflattenableEmbedding(t *testing.T) {
 		}
 	}
 }
+
+// An optional member (",omitempty") may be absent: it is counted apart
+// from the required ones, reset before each decode, and written only when
+// set. Only an Opt or a list may be optional, and never first.
+func TestGenerateOptionalMembers(t *testing.T) {
+	out, err := generate(t, "type Opt[T any] struct {\n\tValid bool\n\tV T\n}\n\n"+
+		"type Body struct {\n\tOn bool `json:\"on\"`\n\tMaybe Opt[bool] `json:\"maybe,omitempty\"`\n"+
+		"\tNames []string `json:\"names,omitempty\" wire:\"[Id 0..4]\" codec:\"len=0..4\"`\n}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(out)
+	for _, want := range []string{
+		"x.Maybe = Opt[bool]{}\n",
+		"x.Names = x.Names[:0]\n",
+		`return f.requireOpt(opt, "on")`,
+		"if x.Maybe.Valid {",
+		"if len(x.Names) > 0 {",
+		"b = append(b, `,\"maybe\":`...)",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %s\n%s", want, s)
+		}
+	}
+	for _, c := range []struct{ src, want string }{
+		{"type Body struct {\n\tOn bool `json:\"on\"`\n\tN bool `json:\"n,omitempty\"`\n}\n", "only an Opt or a list may be optional"},
+		{"type Body struct {\n\tN []string `json:\"n,omitempty\" wire:\"[Id 0..4]\" codec:\"len=0..4\"`\n\tOn bool `json:\"on\"`\n}\n", "the first member may not be optional"},
+		{"type Body struct {\n\tOn bool `json:\"on,string\"`\n}\n", "want a plain json member name"},
+	} {
+		_, err := generate(t, c.src)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error containing %q", c.src, err, c.want)
+		}
+	}
+}

@@ -1,0 +1,37 @@
+package wire
+
+// Extensions are the optional parts of the protocol (flybus 1.1 on). A
+// client lists the ones it wants in bus.hello's extensions; the router
+// grants those it knows, in the client's order, and sends an extension's
+// notices only on connections that were granted it. A body member that
+// belongs to an extension the connection was not granted is refused like
+// any unknown member (INVALID_ENVELOPE).
+const (
+	// ExtAwaitTopic lets subscribe wait for a topic that is not declared
+	// yet (awaitTopic:true), and tells such subscriptions when their
+	// topic is declared or deleted (subscription.topic).
+	ExtAwaitTopic = "await-topic"
+	// ExtPresence tells each subscription how many live publishers its
+	// topic has (subscription.publishers).
+	ExtPresence = "presence"
+)
+
+// Extension says what one extension adds to the contract.
+type Extension struct {
+	Name    string
+	Members []string // body members it adds, as "op.member"
+	Notices []Op     // notices it adds
+}
+
+// Extensions lists every extension this package knows, in contract order.
+func Extensions() []Extension {
+	return []Extension{
+		{Name: ExtAwaitTopic, Members: []string{"subscribe.awaitTopic"}, Notices: []Op{OpSubscriptionTopic}},
+		{Name: ExtPresence, Notices: []Op{OpSubscriptionPublishers}},
+	}
+}
+
+// KnownExtension reports whether name is an extension of this contract.
+func KnownExtension(name string) bool {
+	return name == ExtAwaitTopic || name == ExtPresence
+}
