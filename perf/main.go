@@ -38,6 +38,7 @@ type options struct {
 	noOpen     bool
 	routerEnv  envList
 	quiet      bool
+	sweep      sweepOptions
 }
 
 func flags(o *options) *flag.FlagSet {
@@ -62,6 +63,7 @@ func flags(o *options) *flag.FlagSet {
 	fs.BoolVar(&o.noOpen, "no-open-ahead", false, "consumers and agents make View's artifact.open round trip themselves\n(default: client.Config.OpenAhead, asked for as each delivery arrives)")
 	fs.Var(&o.routerEnv, "router-env", "add `KEY=VALUE` to the router process's environment (repeatable; GOMAXPROCS=1, say)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress line on stderr")
+	sweepFlags(fs, &o.sweep)
 	return fs
 }
 
@@ -73,25 +75,41 @@ func Usage() string {
 		"frames at 60 Hz to three latest-mode consumers (one slow) with 1, 2 and 4 agent services\n" +
 		"called every frame, measured against baselines taken first in the same run, and print a\n" +
 		"markdown report.\n\nFlags:\n")
+	var sweep []*flag.Flag
 	flags(&options{}).VisitAll(func(f *flag.Flag) {
-		kind, text := flag.UnquoteUsage(f)
-		head := "  --" + f.Name
-		if kind != "" {
-			head += " " + kind
+		if sweepOnly[f.Name] {
+			sweep = append(sweep, f)
+			return
 		}
-		b.WriteString(head + "\n")
-		for line := range strings.SplitSeq(text, "\n") {
-			b.WriteString("        " + line + "\n")
-		}
-		if f.DefValue != "" && f.DefValue != "false" {
-			fmt.Fprintf(&b, "        (default %s)\n", f.DefValue)
-		}
+		writeFlagHelp(&b, f)
 	})
-	b.WriteString("  -h, --help\n        print this help\n\n" +
-		"The report goes to stdout, the progress line and errors to stderr. Exit status 0 when every\n" +
-		"schedule ran cleanly and drained, 1 when anything failed, 2 for bad arguments.\n\n" +
-		"Example:\n  flybus perf --seconds 5 --store /mnt/fbhuge --json perf.json\n")
+	b.WriteString("  -h, --help\n        print this help\n\n")
+	b.WriteString(sweepUsage)
+	for _, f := range sweep {
+		writeFlagHelp(&b, f)
+	}
+	b.WriteString("\nThe report goes to stdout, the progress line and errors to stderr. Exit status 0 when every\n" +
+		"schedule or point ran cleanly and drained, 1 when anything failed, 2 for bad arguments.\n\n" +
+		"Example:\n  flybus perf --seconds 5 --store /mnt/fbhuge --json perf.json\n" +
+		"  flybus perf --sweep                              # every set, 3 s a point, into docs/perf-runs/\n" +
+		"  flybus perf --sweep --sweep-sets consumers,small --seconds 2 --out /tmp/sweep\n")
 	return b.String()
+}
+
+// writeFlagHelp writes one flag's entry of the help text.
+func writeFlagHelp(b *strings.Builder, f *flag.Flag) {
+	kind, text := flag.UnquoteUsage(f)
+	head := "  --" + f.Name
+	if kind != "" {
+		head += " " + kind
+	}
+	b.WriteString(head + "\n")
+	for line := range strings.SplitSeq(text, "\n") {
+		b.WriteString("        " + line + "\n")
+	}
+	if f.DefValue != "" && f.DefValue != "false" {
+		fmt.Fprintf(b, "        (default %s)\n", f.DefValue)
+	}
 }
 
 // Main is `flybus perf ARGS`: it parses args, runs the harness, prints
@@ -108,6 +126,16 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() > 0 {
 		return usageError(stderr, "unexpected argument "+fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.sweep.on {
+		return sweepMain(o, set, stdout, stderr)
+	}
+	for name := range set {
+		if sweepOnly[name] {
+			return usageError(stderr, "--"+name+" is for --sweep")
+		}
 	}
 	cfg, err := o.config()
 	if err != nil {

@@ -19,10 +19,13 @@ const usage = `Usage:
   compare nats   [--seconds S] [--agents N] [--pending-msgs N] [--pending-bytes N] [--json FILE]
   compare direct [--seconds S] [--json FILE]
   compare plot   [--flybus perf.json] [--nats nats.json] [--direct direct.json] [--agents N] --out DIR
+  compare sweep-point --point JSON
 
 nats    the 60 Hz three-consumer schedule through an embedded NATS server in a child process
 direct  the same schedule, the producer writing every frame to each consumer's Unix socket
 plot    PNG plots of the JSON results, and a markdown table of the three side by side
+sweep-point  one point of flybus perf --sweep (a perf.SweepPoint) through the NATS server;
+        prints its perf.PointResult as JSON (flybus perf --sweep runs it)
 `
 
 // Main runs the compare command and returns its exit status.
@@ -42,6 +45,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = runPeer(ctx, args[0], args[1:], stdout)
 	case "plot":
 		err = runPlot(args[1:], stdout)
+	case "sweep-point":
+		err = runSweepPoint(ctx, args[1:], stdout)
 	default:
 		err = fmt.Errorf("unknown command %q\n\n%s", args[0], usage)
 	}

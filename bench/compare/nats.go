@@ -42,8 +42,12 @@ type NATSConfig struct {
 // closes. It prints "ready URL" once it accepts clients and answers each
 // "varz" line with the server's counters as one JSON line.
 func natsServerChild() error {
+	payload, pending, err := childLimits(os.Getenv(natsLimitsEnv))
+	if err != nil {
+		return err
+	}
 	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, MaxPayload: natsMaxPayload, MaxPending: natsMaxPending,
+		Host: "127.0.0.1", Port: -1, MaxPayload: payload, MaxPending: pending,
 		NoLog: true, NoSigs: true,
 	})
 	if err != nil {
@@ -90,8 +94,30 @@ type natsChild struct {
 	wait  func() error
 }
 
-func startNATSChild() (*natsChild, error) {
-	cmd, err := childCommand("nats-server")
+// natsLimitsEnv carries the server child's max_payload and max_pending,
+// "PAYLOAD,PENDING", when a run needs other than the defaults (the
+// sweep's 4K frames do).
+const natsLimitsEnv = "FLYBUS_COMPARE_NATS_LIMITS"
+
+// childLimits parses natsLimitsEnv's value; empty means the defaults.
+func childLimits(v string) (int32, int64, error) {
+	if v == "" {
+		return natsMaxPayload, natsMaxPending, nil
+	}
+	var payload int32
+	var pending int64
+	if _, err := fmt.Sscanf(v, "%d,%d", &payload, &pending); err != nil || payload <= 0 || pending <= 0 {
+		return 0, 0, fmt.Errorf("%s=%q is not PAYLOAD,PENDING", natsLimitsEnv, v)
+	}
+	return payload, pending, nil
+}
+
+func startNATSChild() (*natsChild, error) { return startNATSChildWith(natsMaxPayload, natsMaxPending) }
+
+// startNATSChildWith starts the server child with the given max_payload
+// and max_pending.
+func startNATSChildWith(payload int32, pending int64) (*natsChild, error) {
+	cmd, err := childCommand("nats-server", fmt.Sprintf("%s=%d,%d", natsLimitsEnv, payload, pending))
 	if err != nil {
 		return nil, err
 	}
