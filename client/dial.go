@@ -581,10 +581,17 @@ func (c *Client) Subscribe(ctx context.Context, topic string, opts ...SubscribeO
 		return nil, err
 	}
 	s, err := cn.Subscribe(ctx, topic, opts...)
-	if err == nil && c.dial != nil {
-		c.adopt(func() { s.owner = c; c.subs[s] = struct{}{} })
+	if err != nil || c.dial == nil {
+		return s, err
 	}
-	return s, err
+	if late := c.adopt(cn, func() { s.owner = c; c.subs[s] = struct{}{} }); late != nil {
+		// Lost after the router said yes, and restored without it.
+		if err := c.resubscribe(ctx, late, s); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 // Register claims an exclusive service name. Queued and InFlight bound its
@@ -597,18 +604,30 @@ func (c *Client) Register(ctx context.Context, name string, opts ...ServiceOptio
 		return nil, err
 	}
 	s, err := cn.Register(ctx, name, opts...)
-	if err == nil && c.dial != nil {
-		c.adopt(func() { s.owner = c; c.services[s] = struct{}{} })
+	if err != nil || c.dial == nil {
+		return s, err
 	}
-	return s, err
+	if late := c.adopt(cn, func() { s.owner = c; c.services[s] = struct{}{} }); late != nil {
+		if err := late.register(ctx, s); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
-// adopt records a new subscription or service for restoring. The restore
-// loop finds one made on a connection lost meanwhile.
-func (c *Client) adopt(add func()) {
+// adopt records a new subscription or service, made on cn, for restoring.
+// A restore still running finds it; when cn was lost and its successor is
+// already restored, adopt returns that successor, where the caller makes
+// the handle again.
+func (c *Client) adopt(cn *conn, add func()) (late *conn) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	add()
+	if c.state == Connected && c.cur != cn {
+		return c.cur
+	}
+	return nil
 }
 
 // Call admits a call of method to target. payload is any JSON-object

@@ -171,6 +171,8 @@ class ShutdownTest(unittest.TestCase):
             with self.assertRaises(flybus.SubscriptionClosed) as cm:
                 s.next(timeout=10)
             self.assertEqual(cm.exception.reason, "router-shutdown")
+            # The connection ends just after: a connect client is closed.
+            self.assertEqual(c.wait_state("closed", timeout=10), "closed")
             # Made after the loss, the publish was never sent: not
             # dispatched, and it does not say it may have reached anyone.
             with self.assertRaises(flybus.RouterLost) as lost:
@@ -220,9 +222,7 @@ class FakeRouterTest(unittest.TestCase):
             with conn:
                 fr = _wire.FrameReader(conn)
                 hello = _wire.loads(fr.read_frame())
-                value = {"routerId": "router-00000000000000aa", "connectionId": "conn-1", "selectedMajor": 1,
-                         "selectedMinor": 0, "contractDigest": flybus.CONTRACT_DIGEST,
-                         "limits": {k: (str(v) if isinstance(v, str) else v) for k, v in LIMITS.items()}}
+                value = hello_value()
                 conn.sendall(_wire.frame(_wire.dumps(reply(1, hello["id"], "bus.hello", value))))
                 cmd = _wire.loads(fr.read_frame())
                 conn.sendall(after_hello(cmd))
@@ -266,8 +266,7 @@ class FakeRouterTest(unittest.TestCase):
             conn, _ = ls.accept()
             with conn:
                 hello = _wire.loads(_wire.FrameReader(conn).read_frame())
-                value = {"routerId": "router-00000000000000aa", "connectionId": "conn-1", "selectedMajor": 1,
-                         "selectedMinor": 0, "contractDigest": flybus.CONTRACT_DIGEST, "limits": LIMITS}
+                value = hello_value()
                 conn.sendall(_wire.frame(_wire.dumps(reply(1, hello["id"], "bus.hello", value))))
                 done.wait(30)
 
@@ -287,8 +286,7 @@ class FakeRouterTest(unittest.TestCase):
             conn, _ = ls.accept()
             with conn:
                 hello = _wire.loads(_wire.FrameReader(conn).read_frame())
-                value = {"routerId": "router-00000000000000aa", "connectionId": "conn-1", "selectedMajor": 1,
-                         "selectedMinor": 0, "contractDigest": "0" * 64, "limits": LIMITS}
+                value = hello_value(contractDigest="0" * 64)
                 conn.sendall(_wire.frame(_wire.dumps(reply(1, hello["id"], "bus.hello", value))))
 
         threading.Thread(target=run, daemon=True).start()
@@ -305,8 +303,17 @@ LIMITS = {"maxEnvelopeBytes": "65536", "maxAttachments": 32, "maxBatch": 64, "ma
           "maxQueuedBytesPerClient": "1048576", "maxControlBytes": "1048576"}
 
 
+def hello_value(**over):
+    """A fake router's hello reply value: 1.1, both extensions granted."""
+    v = {"routerId": "router-00000000000000aa", "connectionId": "conn-1", "selectedMajor": 1, "selectedMinor": 1,
+         "contractDigest": flybus.CONTRACT_DIGEST, "limits": LIMITS, "extensions": ["await-topic", "presence"],
+         "storeId": "store-00000000000000aa"}
+    v.update(over)
+    return v
+
+
 def reply(bus, msg_id, op, value):
-    return {"protocol": "flybus", "major": 1, "minor": 0, "id": f"bus-{bus}", "replyTo": msg_id, "kind": "reply",
+    return {"protocol": "flybus", "major": 1, "minor": 1, "id": f"bus-{bus}", "replyTo": msg_id, "kind": "reply",
             "op": op, "body": {"ok": True, "value": value}, "attachments": []}
 
 

@@ -47,7 +47,7 @@ class StrictJSONTest(unittest.TestCase):
 
 
 def envelope(**over):
-    env = {"protocol": "flybus", "major": 1, "minor": 0, "id": "bus-1", "replyTo": "msg-1", "kind": "reply",
+    env = {"protocol": "flybus", "major": 1, "minor": 1, "id": "bus-1", "replyTo": "msg-1", "kind": "reply",
            "op": "topic.clear", "body": {"ok": True, "value": {"cleared": True}}, "attachments": []}
     env.update(over)
     return _wire.dumps(env)
@@ -61,7 +61,8 @@ class EnvelopeTest(unittest.TestCase):
     def test_every_violation_is_refused(self):
         cases = {
             "major": envelope(major=2),
-            "minor": envelope(minor=1),
+            "minor 1.0": envelope(minor=0),
+            "minor 1.2": envelope(minor=2),
             "float major": envelope(major=1.0),
             "protocol": envelope(protocol="other"),
             "msg id": envelope(id="msg-1"),
@@ -89,7 +90,7 @@ class EnvelopeTest(unittest.TestCase):
                "contentType": "image/x-rgba", "digest": None}
 
         def message(owner):
-            return _wire.dumps({"protocol": "flybus", "major": 1, "minor": 0, "id": "bus-3", "replyTo": None,
+            return _wire.dumps({"protocol": "flybus", "major": 1, "minor": 1, "id": "bus-3", "replyTo": None,
                                 "kind": "delivery", "op": "topic.message",
                                 "body": {"deliveryId": "dlv-4", "subscriptionId": "sub-1", "topic": "camera.front",
                                          "topicIncarnation": "top-1", "topicSequence": "9", "replaced": "0",

@@ -254,6 +254,7 @@ class Schema:
         self.with_attachments = set()
         self.errors = []
         self.dispatch = []
+        self.extensions = {}  # name -> the members and notices it adds
         for line in text.splitlines():
             head, _, rest = line.partition(" ")
             if head in ("command", "delivery", "notice"):
@@ -271,6 +272,9 @@ class Schema:
                 self.errors = rest.split()
             elif head == "dispatch":
                 self.dispatch = rest.split()
+            elif head == "extension":
+                name, *adds = rest.split()
+                self.extensions[name] = adds
             elif head and head[0].isupper() and rest.startswith("{"):
                 self.named[head] = _parse_fields(rest)
         self.ops = set(self.commands) | set(self.deliveries) | set(self.notices)
@@ -314,14 +318,20 @@ class Schema:
         return _SCALARS[typ](v)
 
     def check_object(self, v, fields, path):
+        """Checks v against fields; a name written "key?" in the contract is
+        an optional member, which may be absent but is never null."""
         if not isinstance(v, dict):
             raise WireError(f"{path}: {_show(v)} is not an object")
-        names = [n for n, _ in fields]
+        names = [n.rstrip("?") for n, _ in fields]
         for k in v:
             if k not in names:
                 raise WireError(f"{path}: unknown member {k!r}")
         for n, t in fields:
+            optional = n.endswith("?")
+            n = n.rstrip("?")
             if n not in v:
+                if optional:
+                    continue
                 raise WireError(f"{path}: missing member {n!r}")
             self.check(v[n], t, f"{path}.{n}")
 
@@ -344,12 +354,15 @@ def _show(v):
 
 SCHEMA = Schema(CONTRACT)
 
+# The version this package speaks: the router's envelopes must carry it.
+MAJOR, MINOR = (int(x) for x in CONTRACT.splitlines()[0].split()[-1].split("."))
+
 _ENVELOPE_KEYS = ["protocol", "major", "minor", "id", "replyTo", "kind", "op", "body", "attachments"]
 
 
 def command(msg_id, op, body, attachments=()):
     """Encodes one client command as a frame."""
-    env = {"protocol": "flybus", "major": 1, "minor": 0, "id": f"msg-{msg_id}", "replyTo": None,
+    env = {"protocol": "flybus", "major": MAJOR, "minor": MINOR, "id": f"msg-{msg_id}", "replyTo": None,
            "kind": "command", "op": op, "body": body, "attachments": list(attachments)}
     return frame(dumps(env))
 
@@ -369,8 +382,8 @@ def decode_router_envelope(payload):
             raise WireError(f"envelope: missing member {k!r}")
     if env["protocol"] != "flybus":
         raise WireError("envelope: protocol is not flybus")
-    if not (_is_int(env["major"]) and _is_int(env["minor"])) or env["major"] != 1 or env["minor"] != 0:
-        raise WireError("router envelope is not version 1.0")
+    if not (_is_int(env["major"]) and _is_int(env["minor"])) or env["major"] != MAJOR or env["minor"] != MINOR:
+        raise WireError(f"router envelope is not version {MAJOR}.{MINOR}")
     bus = parse_serial(env["id"], "bus-")
     if bus is None:
         raise WireError(f"envelope: id {_show(env['id'])} is not a router id (bus-N)")

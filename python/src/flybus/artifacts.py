@@ -71,7 +71,11 @@ def watch(client, handle, what, release):
 
 def _leaked(client, what, release):
     if client._lost is not None:
-        return  # the connection has ended: the router released everything
+        # The connection has ended and the router released everything:
+        # release sends nothing now, and frees only what is local (a
+        # descriptor, a mapping, the handle's count).
+        release()
+        return
     _log.warning("flybus: a %s was garbage-collected without close; released what it held", what)
     client._count("leaked")
     release()
@@ -187,6 +191,12 @@ class ArtifactWriter(Closing):
             handles.close(h), os.close(fd), client._fire("artifact.release", {"ownerIds": [owner]})))
 
     def _live(self):
+        self._check_done()
+        stale = self._client._stale()
+        if stale is not None:
+            raise stale
+
+    def _check_done(self):
         if self._done:
             raise ValueError("this artifact writer was already sealed or closed")
 
@@ -216,7 +226,7 @@ class ArtifactWriter(Closing):
 
     def _end(self):
         with self._lock:
-            self._live()
+            self._check_done()
             if self._map is not None:
                 self._map.close()  # BufferError while the program holds the buffer: it must let go first
                 self._map = None
@@ -235,6 +245,8 @@ class ArtifactWriter(Closing):
         router seals before it handles the next command, and refuses that
         command if the seal was refused); artifact.sealed() waits for the
         router's answer and raises its refusal."""
+        with self._lock:
+            self._live()
         self._end()
         c = self._client
         body = {"artifactId": self.artifact_id, "generation": self.generation, "ownerId": self.owner, "digest": digest}
@@ -301,7 +313,12 @@ class Artifact(Owning):
         return int(self.ref["byteLength"])
 
     def _take(self):
-        if self._closed or not self._guard.add():
+        if self._closed:
+            raise ValueError("this artifact was already closed")
+        stale = self._client._stale()
+        if stale is not None:
+            raise stale
+        if not self._guard.add():
             raise ValueError("this artifact was already closed")
 
     def _open(self, timeout):

@@ -1,9 +1,12 @@
-"""The client: one connection to a router over its Unix socket.
+"""The client: a program's link to a router over its Unix socket.
 
-A reader thread decodes every router frame (strictly, see _wire) and hands
-it over without running user code: replies complete waiters, deliveries go
-onto per-subscription and per-service queues, notices settle calls. Any
-violation of the router's side of the contract closes the client with a
+A Client made by connect lives as long as its one connection; one made by
+dial outlives connection loss and router restarts, over a connection after
+another (see dial). Each connection (_Conn) has a reader thread that
+decodes every router frame (strictly, see _wire) and hands it over without
+running user code: replies complete waiters, deliveries go onto
+per-subscription and per-service queues, notices settle calls. Any
+violation of the router's side of the contract ends the connection with a
 ProtocolError. Every method is safe to call from several threads; every
 blocking call takes ``timeout=`` in seconds and raises TimeoutError without
 cancelling anything.
@@ -12,21 +15,41 @@ cancelling anything.
 import collections
 import logging
 import os
+import random
 import secrets
 import socket
 import threading
+import time
 
 from . import _handles, _slots, _wire
 from .artifacts import Artifact, ArtifactWriter, Closing, Owning, _Guard
 from ._contract import CONTRACT_DIGEST
-from .errors import BusError, ClosedError, FlybusError, NoRouter, ProtocolError, SubscriptionClosed
+from .errors import (BusError, ClosedError, FlybusError, NoRouter, ProtocolError, RouterLost, StaleHandle,
+                     StoreRootError, SubscriptionClosed)
 
 _log = logging.getLogger("flybus")
 
 _DEFAULT_TIMEOUT = 10.0
 
+# The protocol extensions this client asks for at hello: subscriptions that
+# wait for their topic's declaration, and publisher counts.
+EXTENSIONS = ("await-topic", "presence")
+
 # The client's own counters, in stats() from zero.
 _COUNTERS = ("leaked", "control_errors", "stalled_subscriptions")
+
+# Backoff between dials after a loss, as the Go SDK's: doubling from the
+# first to the cap, with jitter so that the clients of one router do not
+# all dial in step.
+_FIRST_REDIAL = 0.05
+_MAX_REDIAL = 2.0
+
+# A router's shutdown closes every subscription with this reason just before
+# the connection ends; a reconnecting client moves them to its next one.
+_ROUTER_SHUTDOWN = "router-shutdown"
+
+# Refusals at hello that waiting does not cure: dial gives up on them at once.
+_FOR_GOOD = ("NOT_AUTHORIZED", "VERSION_MISMATCH", "INVALID_ENVELOPE")
 
 
 class _Waiter:
@@ -64,6 +87,13 @@ class _Queue:
             self._cond.notify_all()
         return left
 
+    def drain(self):
+        """Takes out everything queued, leaving the queue open."""
+        with self._cond:
+            left = list(self._items)
+            self._items.clear()
+        return left
+
     def next(self, timeout):
         with self._cond:
             if not self._cond.wait_for(lambda: self._items or self._closed is not None, timeout):
@@ -73,10 +103,21 @@ class _Queue:
             raise self._closed
 
 
+def _left(deadline):
+    """Seconds until deadline (a time.monotonic() value, or None: no end)."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _deadline(timeout):
+    return None if timeout is None else time.monotonic() + timeout
+
+
 def connect(path, client_id, store_root=None, client_incarnation=None, timeout=_DEFAULT_TIMEOUT, map_per_view=False,
-            track_handles=False, held_warn_after=5.0):
+            track_handles=False, held_warn_after=5.0, logger=None):
     """Connects to the router listening on the Unix socket at path and says
-    hello. The router's contract digest must equal this package's.
+    hello. The router's contract digest must equal this package's. The
+    client lives as long as this one connection: once it is lost, every
+    command raises RouterLost (dial makes a client that reconnects).
 
     From a pooled store on Python 3.12 or later, views are slices of a
     mapping the client keeps per slot; map_per_view=True maps every view of
@@ -84,32 +125,583 @@ def connect(path, client_id, store_root=None, client_incarnation=None, timeout=_
 
     A subscription whose in-flight deliveries the program has all held
     unconsumed for held_warn_after seconds (a message or view it forgot to
-    close) gets no more messages: the client logs a warning on the
-    "flybus" logger, once until a delivery is consumed, and counts it in
-    stats()["stalled_subscriptions"]. 0 turns that off. track_handles=True
-    (or FLYBUS_TRACK_HANDLES=1 in the environment) has every handle record
-    where the program made it, and the warning name those places; it costs
-    a look at the stack per handle."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(timeout)
-        sock.connect(path)
-        sock.settimeout(None)
-    except (FileNotFoundError, ConnectionRefusedError) as e:
-        sock.close()
-        raise NoRouter(f"no router is listening on {path} (is flybus serve running, with --listen {path}?): {e}") from e
-    except BaseException:
-        sock.close()
-        raise
-    return Client(sock, client_id, store_root, client_incarnation, timeout, map_per_view,
-                  track_handles=track_handles, held_warn_after=held_warn_after)
+    close) gets no more messages: the client logs a warning on its logger
+    (logger, by default the "flybus" logger), once until a delivery is
+    consumed, and counts it in stats()["stalled_subscriptions"]. 0 turns
+    that off. track_handles=True (or FLYBUS_TRACK_HANDLES=1 in the
+    environment) has every handle record where the program made it, and the
+    warning name those places; it costs a look at the stack per handle.
+
+    store_root, when given, must hold the router's store (a directory named
+    its storeId): otherwise connect raises StoreRootError at once, rather
+    than the first artifact failing later."""
+    c = Client(path, client_id, store_root, client_incarnation, timeout, map_per_view, track_handles,
+               held_warn_after, logger, reconnect=False)
+    c._start(_deadline(timeout))
+    return c
+
+
+def dial(path, client_id, store_root=None, client_incarnation=None, timeout=_DEFAULT_TIMEOUT, map_per_view=False,
+         track_handles=False, held_warn_after=5.0, logger=None):
+    """Connects as connect does, and returns a Client that outlives
+    connection loss and router restarts, as the Go SDK's client.Dial.
+
+    At start it waits up to timeout seconds for a router to answer (a
+    program may start before its router); it raises at once only a refusal
+    for good (NotAuthorized, VersionMismatch, StoreRootError, or a
+    ProtocolError: a router speaking another contract), and after
+    timeout the last attempt's error (NoRouter when nothing listened).
+
+    After a loss (the router stopped, crashed or cut the connection) it
+    dials again with backoff (50 ms doubling to 2 s, with jitter), under a
+    new client incarnation unless client_incarnation is given, then
+    declares the topics it declared (with their retention), registers its
+    services (with their limits; each gets a new incarnation) and
+    subscribes its subscriptions again with their options and
+    await_topic=True, so that a topic whose producer is not back yet is
+    waited for. The same Subscription and Service objects go on delivering;
+    what a subscription had queued from the lost connection but not handed
+    out is dropped.
+
+    Every other handle made on the lost connection (messages, requests,
+    results, responders, artifacts, views, writers, pending calls) raises
+    StaleHandle when used, and its close sends nothing. Nothing is ever
+    sent again on its own: a command in flight at the loss raises RouterLost
+    with dispatch "unknown"; a command made while the client reconnects
+    waits for the new connection until its timeout, then raises RouterLost,
+    not dispatched.
+
+    client.state ("connected", "reconnecting" or "closed") and
+    client.wait_state() follow the connection, client.reconnects (also in
+    stats()) counts reconnections, and the client logs each loss (warning)
+    and reconnection (info) on its logger. close() ends it for good."""
+    c = Client(path, client_id, store_root, client_incarnation, timeout, map_per_view, track_handles,
+               held_warn_after, logger, reconnect=True)
+    c._start(_deadline(timeout))
+    return c
+
+
+def _refused_for_good(err):
+    """A refusal at connect that dialling again does not cure: the
+    identity, the version or the contract, the envelope, or a store_root
+    without the router's store. A full router may clear."""
+    return (isinstance(err, (StoreRootError, ProtocolError)) or isinstance(err, BusError) and err.code in _FOR_GOOD)
 
 
 class Client(Closing):
-    """A connection to a router. Use it as a context manager, or close it."""
+    """A program's link to a router, made by connect or dial. Use it as a
+    context manager, or close it.
 
-    def __init__(self, sock, client_id, store_root, client_incarnation, timeout, map_per_view=False, *,
-                 track_handles=False, held_warn_after=5.0):
+    state is "connected", "reconnecting" (a dial client between
+    connections) or "closed" (closed by the program, or a connect client
+    whose connection ended); wait_state waits for it. reconnects counts the
+    reconnections of a dial client. info, extensions and client_incarnation
+    are the current connection's."""
+
+    def __init__(self, path, client_id, store_root, client_incarnation, timeout, map_per_view, track_handles,
+                 held_warn_after, logger, reconnect):
+        self.path, self.client_id, self.store_root = path, client_id, store_root
+        self._incarnation = client_incarnation
+        self._timeout = timeout
+        self._map_per_view = map_per_view
+        self._reconnect = reconnect
+        self._log = logger or _log
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._stats = dict.fromkeys(_COUNTERS, 0)
+        self._handles = _handles.HandleTable(track_handles or _handles.tracking_from_env())
+        self._watchdog = None
+        if held_warn_after and held_warn_after > 0:
+            self._watchdog = _handles.Watchdog(held_warn_after, self._stalled, f"flybus-watchdog-{client_id}")
+        self._state = "reconnecting"
+        self._closed = False
+        self._cur = None
+        self._last_err = None
+        self.reconnects = 0
+        # What a dial client restores on each new connection: topic name to
+        # (retention, the connection it was last declared on), and the
+        # subscriptions and services the program has open.
+        self._topics = {}
+        self._subs = set()
+        self._services = set()
+        self._stop = threading.Event()  # set by close: redialling ends
+        self._dialling = None  # the socket of a dial under way, for close to cut
+        self._restoring = None  # the new connection while it is restored
+        self._supervisor = None
+        # Slot caches of lost connections, counted in stats() until every
+        # mapping they made is gone; then folded into these sums.
+        self._past_slots = []
+        self._folded = dict.fromkeys(("slot_hits", "slot_maps", "slot_unmaps"), 0)
+
+    def _start(self, deadline):
+        try:
+            cn = self._redial(deadline, first=True) if self._reconnect else self._open(self._timeout)
+        except BaseException:
+            if self._watchdog is not None:
+                self._watchdog.stop()
+            raise
+        with self._cond:
+            # Lost already, its _conn_lost did not know it as the client's.
+            self._cur, self._state = cn, "connected" if cn._lost is None else self._after_loss()
+            self._last_err = cn._lost
+        if not self._reconnect:
+            return
+        self._supervisor = threading.Thread(target=self._supervise, name=f"flybus-redial-{self.client_id}",
+                                            daemon=True)
+        self._supervisor.start()
+
+    # ---- state ---------------------------------------------------------
+
+    @property
+    def state(self):
+        """"connected", "reconnecting" or "closed"."""
+        with self._lock:
+            return self._state
+
+    def wait_state(self, state, timeout=None):
+        """Waits until state is the client's state and returns it; raises
+        TimeoutError, or ClosedError if the client closed while waiting for
+        another state."""
+        if state not in ("connected", "reconnecting", "closed"):
+            raise ValueError(f"state is connected, reconnecting or closed, not {state!r}")
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._state in (state, "closed"), timeout):
+                raise TimeoutError(f"the client did not become {state} within the timeout (it is {self._state})")
+            if self._state != state:
+                raise ClosedError(f"the client closed while waiting for it to become {state}")
+            return state
+
+    @property
+    def info(self):
+        """The current connection's hello reply (routerId, limits, storeId...)."""
+        return self._cur.info
+
+    @property
+    def extensions(self):
+        """The protocol extensions the current connection's router granted."""
+        return self._cur.extensions
+
+    @property
+    def client_incarnation(self):
+        return self._cur.client_incarnation
+
+    # The current connection's parts, for tests that cut or watch it.
+    @property
+    def _sock(self):
+        return self._cur._sock
+
+    @property
+    def _thread(self):
+        return self._cur._thread
+
+    @property
+    def _slots(self):
+        return self._cur._slots
+
+    # ---- connections ---------------------------------------------------
+
+    def _open(self, timeout):
+        """Dials the socket and says hello: a new connection."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        with self._lock:
+            if self._closed:
+                sock.close()
+                raise ClosedError("the client was closed")
+            self._dialling = sock
+        try:
+            try:
+                sock.settimeout(timeout)
+                sock.connect(self.path)
+                sock.settimeout(None)
+            except (FileNotFoundError, ConnectionRefusedError) as e:
+                sock.close()
+                raise NoRouter(f"no router is listening on {self.path} (is flybus serve running, with --listen "
+                               f"{self.path}?): {e}") from e
+            except BaseException:
+                sock.close()
+                raise
+            return _Conn(self, sock, self._incarnation or f"py-{os.getpid()}-{secrets.token_hex(6)}", timeout,
+                         keep=self._reconnect)
+        finally:
+            with self._lock:
+                self._dialling = None
+
+    def _redial(self, deadline, first=False):
+        """Dials until a router answers; None once the client is closed.
+        first is dial itself, which gives up at deadline (raising the last
+        attempt's error) or at a refusal for good."""
+        wait, last, attempt = _FIRST_REDIAL, None, 0
+        while True:
+            if attempt or not first:
+                pause = wait / 2 + random.uniform(0, wait / 2)
+                if deadline is not None:
+                    pause = min(pause, _left(deadline))
+                if self._stop.wait(pause):
+                    return None
+                wait = min(2 * wait, _MAX_REDIAL)
+            if first and attempt and _left(deadline) == 0:
+                raise last
+            attempt += 1
+            left = _left(deadline)
+            try:
+                return self._open(self._timeout if left is None else
+                                  left if self._timeout is None else min(left, self._timeout))
+            except Exception as e:  # anything a dial or a hello can raise: try again
+                if self._stop.is_set():
+                    return None
+                if first and _refused_for_good(e):
+                    raise
+                last = e
+                if not first:
+                    self._log.debug("flybus: client %s could not reconnect yet (%s); trying again in about %.2f s",
+                                    self.client_id, e, min(2 * wait, _MAX_REDIAL))
+
+    def _after_loss(self):
+        return "reconnecting" if self._reconnect else "closed"
+
+    def _conn_lost(self, cn, err):
+        """A connection has ended (its reader or a writer saw it): a dial
+        client whose current connection it was starts reconnecting; a
+        connect client is closed."""
+        with self._cond:
+            lost = cn is self._cur and self._state == "connected"
+            if lost:
+                self._state, self._last_err = self._after_loss(), err
+            self._cond.notify_all()
+        if lost and self._reconnect:
+            self._log.warning("flybus: client %s lost the router (%s); reconnecting", self.client_id, err,
+                              extra={"client": self.client_id, "error": str(err)})
+
+    def _supervise(self):
+        """A dial client's thread: waits for each loss and replaces the
+        connection, until close."""
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._state != "connected")
+                if self._state == "closed":
+                    return
+                old = self._cur
+            old._dispose()
+            while True:
+                cn = self._redial(None)
+                if cn is None:
+                    return
+                with self._cond:
+                    closed = self._closed
+                    if not closed:
+                        self._restoring = cn
+                if closed:
+                    cn.close()
+                    return
+                try:
+                    ok = self._restore(cn)
+                except Exception as e:  # a bug of ours, not the router's: try afresh on another connection
+                    self._log.error("flybus: client %s failed to restore its state after reconnecting: %r",
+                                    self.client_id, e)
+                    cn._fail(BusError.of("ROUTER_LOST", f"restoring after a reconnect failed: {e!r}", "unknown"))
+                    ok = False
+                if ok:
+                    break
+                with self._cond:
+                    self._restoring = None
+                    if self._closed:
+                        return
+                cn._dispose()
+
+    def _restore(self, cn):
+        """Declares, registers and subscribes again on cn what the program
+        still has, then makes cn the client's connection. It loops until
+        everything is on cn (a handle made on the lost connection just
+        before the loss is restored too). False when cn was lost, or the
+        client closed, meanwhile."""
+        while True:
+            with self._cond:
+                if self._closed:
+                    return False
+                topics = [(name, r) for name, (r, on) in self._topics.items() if on is not cn]
+                services = [s for s in self._services if s._conn is not cn]
+                subs = [s for s in self._subs if s._conn is not cn]
+                if not (topics or services or subs):
+                    if self._cur._slots is not None:
+                        self._past_slots.append(self._cur._slots)
+                    self._cur, self._restoring = cn, None
+                    self.reconnects += 1
+                    self._state, self._last_err = "connected", None
+                    self._cond.notify_all()
+                    n = self.reconnects
+                    break
+            # Topics first, so that subscriptions find them.
+            for name, retained in topics:
+                try:
+                    cn._declare(name, retained, None)
+                except FlybusError as e:
+                    if not self._refused(cn, e, f"declare topic {name}"):
+                        return False
+                    with self._lock:
+                        if name in self._topics:
+                            self._topics[name] = (self._topics[name][0], cn)
+            for s in services:
+                try:
+                    cn._register(s, None)
+                except FlybusError as e:
+                    if not self._refused(cn, e, f"register {s.name}"):
+                        return False
+                    self._forget(s)
+                    for r in s._queue.close(ClosedError(f"service {s.name} could not be registered again after a "
+                                                        f"reconnect: {e}")):
+                        r.close()
+            for s in subs:
+                try:
+                    cn._subscribe(s, "await-topic" in cn.extensions, None)
+                except FlybusError as e:
+                    if not self._refused(cn, e, f"subscribe to {s.topic}"):
+                        return False
+                    self._forget(s)
+                    s._unwatch()
+                    err = SubscriptionClosed(f"the subscription to {s.topic} could not be made again after a "
+                                             f"reconnect: {e}")
+                    err.reason = "not-restored"
+                    for m in s._queue.close(err):
+                        m.close()
+        self._log.info("flybus: client %s reconnected (connection %s, reconnect %d)", self.client_id,
+                       cn.info["connectionId"], n, extra={"client": self.client_id, "reconnects": n})
+        return True
+
+    def _refused(self, cn, err, what):
+        """Whether err is the router's answer (the connection lives and
+        restoring goes on without that handle), logged; False when the
+        connection was lost."""
+        if not isinstance(err, BusError) or isinstance(err, RouterLost) or cn._lost is not None:
+            return False
+        self._log.warning("flybus: after reconnecting, the router refused to %s: %s", what, err)
+        return True
+
+    def _adopt(self, h):
+        """Records a dial client's new subscription or service for restoring."""
+        with self._lock:
+            if not self._closed and not h._closed:
+                (self._subs if isinstance(h, Subscription) else self._services).add(h)
+
+    def _forget(self, h):
+        with self._lock:
+            self._subs.discard(h)
+            self._services.discard(h)
+
+    def _declared(self, name, retained, cn):
+        with self._lock:
+            self._topics[name] = (retained, cn)
+
+    def _connection(self, deadline):
+        """The connection for a command: the current one, or while a dial
+        client reconnects, the next one, waited for until deadline."""
+        with self._cond:
+            while True:
+                # A loss its _conn_lost has not reported yet is waited for
+                # too: it notifies once it has.
+                if not self._reconnect or self._state == "connected" and self._cur._lost is None:
+                    return self._cur
+                if self._closed:
+                    raise ClosedError("the client was closed")
+                left = _left(deadline)
+                if left == 0:
+                    raise BusError.of("ROUTER_LOST", f"the client was still reconnecting to the router at the "
+                                                     f"command's timeout (lost: {self._last_err}); not sent")
+                self._cond.wait(left)
+
+    def _on(self, timeout, fn):
+        """fn(connection, timeout) on the connection for a command. A dial
+        client's connection lost before the command left is the same as one
+        lost before it was chosen: the command waits for the next."""
+        if not self._reconnect:
+            return fn(self._cur, timeout)
+        deadline = _deadline(timeout)
+        while True:
+            cn = self._connection(deadline)
+            try:
+                return fn(cn, _left(deadline))
+            except StaleHandle as e:
+                if e._from is not cn:
+                    raise  # a handle the program passed in is stale
+
+    # ---- lifetime ----------------------------------------------------
+
+    def close(self, timeout=5.0):
+        """Shuts the write side and waits (up to timeout) until the router has
+        closed its side, having released everything this connection held.
+        A dial client stops reconnecting, for good. Its subscriptions and
+        services then raise ClosedError. Idempotent."""
+        with self._cond:
+            self._closed = True
+            self._state = "closed"
+            self._cond.notify_all()
+            cur, restoring, dialling = self._cur, self._restoring, self._dialling
+            subs, services = list(self._subs), list(self._services)
+            self._subs.clear()
+            self._services.clear()
+        self._stop.set()
+        if dialling is not None:
+            try:
+                dialling.shutdown(socket.SHUT_RDWR)  # a hello under way ends now
+            except OSError:
+                pass
+        if restoring is not None:
+            restoring.close(timeout)
+        if cur is not None:
+            cur.close(timeout)
+        _join(self._supervisor, timeout)
+        # Between connections they are in no connection's tables.
+        closed = ClosedError("the client was closed")
+        for s in subs:
+            s._unwatch()
+            for m in s._queue.close(closed):
+                m.close()
+        for s in services:
+            for r in s._queue.close(closed):
+                r.close()
+        if self._watchdog is not None:
+            self._watchdog.stop()
+
+    def stats(self):
+        """Counters of what the client did on the program's behalf, zeros
+        included: handles collected unclosed ("leaked"), fire-and-forget
+        commands the router refused ("control_errors"), warnings of
+        subscriptions stalled by held deliveries ("stalled_subscriptions"),
+        reconnections of a dial client ("reconnects"); and, with cached
+        slot mappings, the cache's: slots mapped now, views served from it,
+        slots mapped and unmapped (over every connection)."""
+        with self._lock:
+            out = dict(self._stats)
+            out["reconnects"] = self.reconnects
+            cur = self._cur._slots
+            past = list(self._past_slots)
+        if cur is None:
+            return out
+        out.update(cur.stats())
+        for cache in past:
+            st = cache.stats()
+            done = st["slot_maps"] == st["slot_unmaps"]
+            with self._lock:
+                if done and cache in self._past_slots:
+                    self._past_slots.remove(cache)
+                    for k in self._folded:
+                        self._folded[k] += st[k]
+                    continue
+            if not done:
+                for k in self._folded:
+                    out[k] += st[k]
+        with self._lock:
+            for k, v in self._folded.items():
+                out[k] += v
+        return out
+
+    def _count(self, key, n=1):
+        with self._lock:
+            self._stats[key] += n
+
+    def _stalled(self, credits, held_for):
+        """The watchdog's warning: credits' subscription has held all its
+        in-flight deliveries for held_for seconds. The record also carries
+        the parts as attributes (subscription, topic, credits, handles,
+        client, and sites or a hint)."""
+        if self._closed:
+            return
+        with credits.lock:
+            held = set(credits.held)
+        # Counted first: a handler that sees the record finds it counted.
+        self._count("stalled_subscriptions")
+        open_handles = self._handles.count()
+        extra = {"subscription": credits.sub_id, "topic": credits.topic, "credits": len(held),
+                 "handles": open_handles, "client": self.client_id}
+        sites = ""
+        if self._handles.track:
+            extra["sites"] = "; ".join(self._handles.sites(held))
+            sites = "; created at: " + (extra["sites"] or "an unknown place")
+        else:
+            extra["hint"] = (f"set {_handles.ENV_TRACK}=1 (or connect(track_handles=True)) to log where the "
+                             "handles holding them were made")
+        self._log.warning("flybus: subscription %s on topic %s has held all %d in-flight credits unconsumed for %s; "
+                          "%d handles are open%s", credits.sub_id, credits.topic, len(held),
+                          _handles.go_duration(held_for), open_handles, sites, extra=extra)
+
+    # ---- commands ----------------------------------------------------
+
+    def allocate(self, size, content_type, timeout=_DEFAULT_TIMEOUT):
+        """Reserves a staging file of exactly size bytes (zeros until
+        written) and returns its writer."""
+        return self._on(timeout, lambda cn, t: cn.allocate(size, content_type, t))
+
+    def declare_topic(self, name, retained="none", timeout=_DEFAULT_TIMEOUT):
+        """Declares a topic (idempotent); returns {"declared", "topicIncarnation"}.
+        A dial client declares it again on each new connection."""
+        return self._on(timeout, lambda cn, t: cn._declare(name, retained, t))
+
+    def clear_topic(self, name, timeout=_DEFAULT_TIMEOUT):
+        """Releases the topic's retained value; returns whether there was one."""
+        return self._on(timeout, lambda cn, t: cn._request("topic.clear", {"name": name}, t)["cleared"])
+
+    def delete_topic(self, name, timeout=_DEFAULT_TIMEOUT):
+        """Deletes a topic without subscribers; returns False for a topic
+        that did not exist. A dial client no longer declares it after a
+        reconnect."""
+        with self._lock:
+            self._topics.pop(name, None)
+        return self._on(timeout, lambda cn, t: cn._request("topic.delete", {"name": name}, t)["deleted"])
+
+    def publish(self, topic, payload, attachments=None, timeout=_DEFAULT_TIMEOUT):
+        """Admits one message carrying attachments ({name: Artifact}: fan-out
+        adds owners, never bytes); returns a Receipt."""
+        return self._on(timeout, lambda cn, t: cn.publish(topic, payload, attachments, t))
+
+    def subscribe(self, topic, mode="latest", queued=None, in_flight=None, replay=False, await_topic=False,
+                  timeout=_DEFAULT_TIMEOUT):
+        """Subscribes to a topic; returns a Subscription. The topic must be
+        declared (NoTopic otherwise) unless await_topic: then the
+        subscription waits for the declaration, with topic_incarnation None
+        until it comes, and gets every message published after it. Across a
+        deletion it waits again for the next declaration. A dial client
+        subscribes it again on each new connection, awaiting its topic."""
+        if mode not in ("latest", "bounded"):
+            raise ValueError(f"mode is latest or bounded, not {mode!r}")
+
+        def on(cn, t):
+            if await_topic and "await-topic" not in cn.extensions:
+                raise FlybusError("this router did not grant extension await-topic: it cannot wait for a topic")
+            lim = cn.info["limits"]
+            q = queued if queued is not None else 1 if mode == "latest" else lim["maxBoundedQueued"]
+            f = in_flight if in_flight is not None else (lim["maxLatestInFlight"] if mode == "latest"
+                                                         else lim["maxBoundedInFlight"])
+            sub = Subscription(self, topic, mode, q, f, replay)
+            cn._subscribe(sub, await_topic, t)
+            return sub
+
+        return self._on(timeout, on)
+
+    def register(self, name, queued=16, in_flight=16, timeout=_DEFAULT_TIMEOUT):
+        """Registers a service; returns a Service yielding its requests.
+        queued and in_flight bound its calls waiting for dispatch and its
+        requests not yet replied to. A dial client registers it again on
+        each new connection, where it gets a new incarnation."""
+        with self._lock:
+            if any(s.name == name for s in self._services):
+                raise ValueError(f"service {name} is already registered on this client")
+        return self._on(timeout, lambda cn, t: cn._register(Service(self, name, queued, in_flight), t))
+
+    def call(self, target, method, payload, attachments=None, pin=None, timeout=_DEFAULT_TIMEOUT):
+        """Admits a call carrying attachments ({name: Artifact}); returns a
+        PendingCall. pin, a service incarnation, makes the call reach only
+        that one (TARGET_CHANGED otherwise)."""
+        return self._on(timeout, lambda cn, t: cn.call(target, method, payload, attachments, pin, t))
+
+
+class _Conn:
+    """One connection to a router: its socket, its reader thread and what
+    the router knows of it. Handles made on it belong to it; once it is
+    lost they fail (a dial client's with StaleHandle)."""
+
+    def __init__(self, owner, sock, client_incarnation, timeout, keep):
+        self._owner = owner
+        # keep: the owner moves subscriptions and services on after a loss.
+        self._keep = keep
         self._sock = sock
         self._reader = _wire.FrameReader(sock)
         self._lock = threading.Lock()
@@ -124,16 +716,14 @@ class Client(Closing):
         self._lost = None
         self._closing = False
         self._closed_code = None
-        self._stats = dict.fromkeys(_COUNTERS, 0)
-        self._handles = _handles.HandleTable(track_handles or _handles.tracking_from_env())
-        self._watchdog = None
-        if held_warn_after and held_warn_after > 0:
-            self._watchdog = _handles.Watchdog(held_warn_after, self._stalled, f"flybus-watchdog-{client_id}")
-        self._slots = _slots.SlotCache() if _slots.CAN_COUNT_EXPORTS and not map_per_view else None
-        self.store_root = store_root
-        self.client_id = client_id
-        self.client_incarnation = client_incarnation or f"py-{os.getpid()}-{secrets.token_hex(6)}"
-        hello = {"clientId": client_id, "clientIncarnation": self.client_incarnation, "supportedMajors": [1]}
+        self._handles = owner._handles
+        self._watchdog = owner._watchdog
+        self._slots = _slots.SlotCache() if _slots.CAN_COUNT_EXPORTS and not owner._map_per_view else None
+        self.store_root = owner.store_root
+        self.client_id = owner.client_id
+        self.client_incarnation = client_incarnation
+        hello = {"clientId": self.client_id, "clientIncarnation": client_incarnation, "supportedMajors": [1],
+                 "extensions": list(EXTENSIONS)}
         # The hello is read here, before the reader starts.
         try:
             self._write(self._command_frame("bus.hello", hello, _Waiter("bus.hello"), register=False))
@@ -156,15 +746,24 @@ class Client(Closing):
                                     f"{CONTRACT_DIGEST}: they speak different versions of the wire")
             if info["selectedMajor"] != 1:
                 raise ProtocolError(f"the router selected major {info['selectedMajor']}")
+            _check_store_root(self.store_root, info["storeId"])
         except _wire.WireError as e:
-            sock.close()
+            self._abandon()
             raise ProtocolError(f"the router's hello reply broke the contract: {e}") from None
         except BaseException:
-            sock.close()
+            self._abandon()
             raise
         self.info = info
-        self._thread = threading.Thread(target=self._read_loop, name=f"flybus-reader-{client_id}", daemon=True)
+        # The extensions the router granted: this client uses only those.
+        self.extensions = tuple(info["extensions"])
+        self._thread = threading.Thread(target=self._read_loop, name=f"flybus-reader-{self.client_id}", daemon=True)
         self._thread.start()
+
+    def _abandon(self):
+        """A connection that never came up: nothing of it is kept."""
+        self._sock.close()
+        if self._slots is not None:
+            self._slots.close()
 
     # ---- lifetime ----------------------------------------------------
 
@@ -181,24 +780,34 @@ class Client(Closing):
                     self._sock.shutdown(socket.SHUT_WR)
             except OSError:
                 pass
-        self._thread.join(timeout)
+        _join(self._thread, timeout)
         self._fail(ClosedError("the client was closed"))
+        self._dispose(0)
+
+    def _dispose(self, timeout=5.0):
+        """Lets go of what the client holds of a connection that has ended:
+        its reader, its socket, its cached slot mappings (views still open
+        keep their slot mapped). Its handles stay as they are."""
+        _join(self._thread, timeout)
         self._sock.close()
         if self._slots is not None:
-            self._slots.close()  # views still open keep their slot mapped
+            self._slots.close()
 
-    def stats(self):
-        """Counters of what the client did on the program's behalf, zeros
-        included: handles collected unclosed ("leaked"), fire-and-forget
-        commands the router refused ("control_errors"), warnings of
-        subscriptions stalled by held deliveries ("stalled_subscriptions");
-        and, with cached slot mappings, the cache's: slots mapped now, views
-        served from it, slots mapped and unmapped."""
+    def _stale(self):
+        """StaleHandle once a dial client has lost this connection (not
+        closed it), else None: handles that work without a round trip ask."""
         with self._lock:
-            out = dict(self._stats)
-        if self._slots is not None:
-            out.update(self._slots.stats())
-        return out
+            return self._stale_locked()
+
+    def _stale_locked(self):
+        lost = self._lost
+        if not self._keep or lost is None or self._closing:
+            return None
+        e = StaleHandle("this handle belongs to a connection the client has lost (it reconnects on its own; "
+                        f"the handle does not come back): {lost.message if isinstance(lost, BusError) else lost}; "
+                        "not sent")
+        e._from = self
+        return e
 
     def _fail(self, err):
         with self._lock:
@@ -207,11 +816,12 @@ class Client(Closing):
             if self._closing and not isinstance(err, ProtocolError):
                 err = ClosedError("the client was closed")
             self._lost = err
+            keep = self._keep and not self._closing
             waiters, self._waiters = self._waiters, {}
             subs, self._subs = self._subs, {}
             services, self._services = self._services, {}
             calls, self._calls = self._calls, {}
-        if self._watchdog is not None:
+        if self._watchdog is not None and not self._keep:
             self._watchdog.stop()
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
@@ -220,12 +830,28 @@ class Client(Closing):
         for w in waiters.values():
             w.error = err
             w.done.set()
-        for s in subs.values():
-            s._queue.close(err)
-        for s in services.values():
-            s._queue.close(err)
         for p in calls.values():
             p._finish(None, err)
+        if keep:
+            # The subscriptions and services move on to the next connection;
+            # what they queued from this one is dropped (closing a delivery
+            # of a lost connection sends nothing).
+            for s in subs.values():
+                s._unwatch()
+                for m in s._queue.drain():
+                    m.close()
+            for s in services.values():
+                for r in s._queue.drain():
+                    r.close()
+        else:
+            for s in subs.values():
+                s._unwatch()
+                for m in s._queue.close(err):
+                    m.close()
+            for s in services.values():
+                for r in s._queue.close(err):
+                    r.close()
+        self._owner._conn_lost(self, err)
 
     # ---- writing -----------------------------------------------------
 
@@ -241,6 +867,9 @@ class Client(Closing):
 
     def _not_sent(self):
         """The loss, for a command made after it (called under _lock)."""
+        stale = self._stale_locked()
+        if stale is not None:
+            return stale
         lost = self._lost
         return lost.not_sent() if isinstance(lost, BusError) else lost
 
@@ -253,13 +882,16 @@ class Client(Closing):
         because both happen under the write lock."""
         with self._wlock:
             frame = self._command_frame(op, body, waiter, attachments=attachments)
-            try:
-                self._sock.sendall(frame)
-            except OSError as e:
-                # The router went away, as when the reader sees it first;
-                # _fail makes it ClosedError once the program is closing.
-                self._fail(BusError.of("ROUTER_LOST", f"writing to the router failed: {e}", "unknown"))
-                raise self._lost from None
+            self._sendall(frame)
+
+    def _sendall(self, frame):
+        try:
+            self._sock.sendall(frame)
+        except OSError as e:
+            # The router went away, as when the reader sees it first;
+            # _fail makes it ClosedError once the program is closing.
+            self._fail(BusError.of("ROUTER_LOST", f"writing to the router failed: {e}", "unknown"))
+            raise self._lost from None
 
     def _request(self, op, body, timeout=_DEFAULT_TIMEOUT, orphan=None, attachments=(), then=None):
         """Sends op and waits for its value. orphan takes an answer that
@@ -286,33 +918,7 @@ class Client(Closing):
             pass  # the connection is gone: the router released everything
 
     def _count(self, key, n=1):
-        with self._lock:
-            self._stats[key] += n
-
-    def _stalled(self, credits, held_for):
-        """The watchdog's warning: credits' subscription has held all its
-        in-flight deliveries for held_for seconds. The record also carries
-        the parts as attributes (subscription, topic, credits, handles,
-        client, and sites or a hint)."""
-        if self._lost is not None:
-            return
-        with credits.lock:
-            held = set(credits.held)
-        # Counted first: a handler that sees the record finds it counted.
-        self._count("stalled_subscriptions")
-        open_handles = self._handles.count()
-        extra = {"subscription": credits.sub_id, "topic": credits.topic, "credits": len(held),
-                 "handles": open_handles, "client": self.client_id}
-        sites = ""
-        if self._handles.track:
-            extra["sites"] = "; ".join(self._handles.sites(held))
-            sites = "; created at: " + (extra["sites"] or "an unknown place")
-        else:
-            extra["hint"] = (f"set {_handles.ENV_TRACK}=1 (or connect(track_handles=True)) to log where the "
-                             "handles holding them were made")
-        _log.warning("flybus: subscription %s on topic %s has held all %d in-flight credits unconsumed for %s; "
-                     "%d handles are open%s", credits.sub_id, credits.topic, len(held),
-                     _handles.go_duration(held_for), open_handles, sites, extra=extra)
+        self._owner._count(key, n)
 
     # ---- reading -----------------------------------------------------
 
@@ -380,20 +986,40 @@ class Client(Closing):
             if p is not None:
                 p._finish(None, BusError.of(body["code"], body["message"], body["dispatch"]))
         elif op == "route.removed":
+            # Sent to callers of a registration that ended; it ends this
+            # client's own service only if it names that very registration.
             with self._lock:
-                s = self._services.pop(body["name"], None)
+                s = self._services.get(body["name"])
+                if s is not None and s.incarnation == body["serviceIncarnation"]:
+                    del self._services[body["name"]]
+                else:
+                    s = None
             if s is not None:
+                self._owner._forget(s)
                 for r in s._queue.close(ClosedError(f"service {body['name']} removed: {body['reason']}")):
                     r.close()
         elif op == "subscription.closed":
+            if self._keep and body["reason"] == _ROUTER_SHUTDOWN:
+                return  # the connection ends next; the subscription moves on to the next one
             with self._lock:
                 s = self._subs.pop(body["subscriptionId"], None)
             if s is not None:
+                self._owner._forget(s)
                 s._unwatch()
                 err = SubscriptionClosed(f"the router closed subscription {s.id} of {s.topic}: {body['reason']}")
                 err.reason = body["reason"]
                 for m in s._queue.close(err):
                     m.close()
+        elif op == "subscription.topic":
+            with self._lock:
+                s = self._subs.get(body["subscriptionId"])
+            if s is not None:
+                s._set(topic_incarnation=body["topicIncarnation"])
+        elif op == "subscription.publishers":
+            with self._lock:
+                s = self._subs.get(body["subscriptionId"])
+            if s is not None:
+                s._set(publishers=body["publishers"])
         elif op == "connection.closing":
             self._closed_code = (body["code"], body["message"])
 
@@ -420,8 +1046,6 @@ class Client(Closing):
     # ---- artifacts ---------------------------------------------------
 
     def allocate(self, size, content_type, timeout=_DEFAULT_TIMEOUT):
-        """Reserves a staging file of exactly size bytes (zeros until
-        written) and returns its writer."""
         self._store_root()
         if size < 0:
             raise ValueError(f"negative artifact size {size}")
@@ -456,19 +1080,13 @@ class Client(Closing):
 
     # ---- pub/sub -----------------------------------------------------
 
-    def declare_topic(self, name, retained="none", timeout=_DEFAULT_TIMEOUT):
-        """Declares a topic (idempotent); returns {"declared", "topicIncarnation"}."""
-        return self._request("topic.declare", {"name": name, "retained": retained}, timeout)
+    def _declare(self, name, retained, timeout):
+        """Declares a topic; a dial client records it for its next
+        connections as the answer is dispatched."""
+        then = (lambda v: self._owner._declared(name, retained, self)) if self._keep else None
+        return self._request("topic.declare", {"name": name, "retained": retained}, timeout, then=then)
 
-    def clear_topic(self, name, timeout=_DEFAULT_TIMEOUT):
-        return self._request("topic.clear", {"name": name}, timeout)["cleared"]
-
-    def delete_topic(self, name, timeout=_DEFAULT_TIMEOUT):
-        return self._request("topic.delete", {"name": name}, timeout)["deleted"]
-
-    def publish(self, topic, payload, attachments=None, timeout=_DEFAULT_TIMEOUT):
-        """Admits one message carrying attachments ({name: Artifact}: fan-out
-        adds owners, never bytes); returns a Receipt."""
+    def publish(self, topic, payload, attachments, timeout):
         atts, done = self._attachments(attachments)
         try:
             v = self._request("publish", {"topic": topic, "payload": _object(payload)}, timeout, attachments=atts)
@@ -476,56 +1094,68 @@ class Client(Closing):
             done()
         return Receipt(int(v["topicSequence"]), int(v["subscribers"]), int(v["replaced"]))
 
-    def subscribe(self, topic, mode="latest", queued=None, in_flight=None, replay=False, timeout=_DEFAULT_TIMEOUT):
-        """Subscribes to a declared topic; returns a Subscription."""
-        if mode not in ("latest", "bounded"):
-            raise ValueError(f"mode is latest or bounded, not {mode!r}")
-        lim = self.info["limits"]
-        if queued is None:
-            queued = 1 if mode == "latest" else lim["maxBoundedQueued"]
-        if in_flight is None:
-            in_flight = lim["maxLatestInFlight"] if mode == "latest" else lim["maxBoundedInFlight"]
-        sub = Subscription(self, topic, in_flight)
-        body = {"topic": topic, "mode": mode, "maxQueued": queued, "maxInFlight": in_flight, "replayLatest": replay}
+    def _subscribe(self, sub, await_topic, timeout):
+        """Subscribes sub (new, or moving on from a lost connection) here."""
+        body = {"topic": sub.topic, "mode": sub.mode, "maxQueued": sub.queued, "maxInFlight": sub.in_flight,
+                "replayLatest": sub.replay}
+        if await_topic:
+            body["awaitTopic"] = True
+        w = self._watchdog
 
         def known(v):
-            sub.id, sub.topic_incarnation = v["subscriptionId"], v["topicIncarnation"]
-            sub._credits.sub_id = sub.id
+            credits = _handles.Credits(sub.in_flight, w.poke if w is not None else None)
+            credits.topic, credits.sub_id = sub.topic, v["subscriptionId"]
+            sub._credits = credits
+            sub.id, sub._conn = v["subscriptionId"], self
+            # What the old router said of publishers no longer holds.
+            sub._set(topic_incarnation=v["topicIncarnation"], publishers=None)
             with self._lock:
                 self._subs[sub.id] = sub
-            if self._watchdog is not None:
-                self._watchdog.watch(sub._credits)
+            if w is not None:
+                w.watch(credits)
+            if self._keep:
+                self._owner._adopt(sub)
 
         # The reader registers the subscription before its first delivery;
         # subscribed after the caller gave up, nobody will read it.
         self._request("subscribe", body, timeout, orphan=lambda v, err: err is None and sub.close(), then=known)
+        if sub._closed:  # closed while it was being made again here
+            with self._lock:
+                if self._subs.get(sub.id) is sub:
+                    del self._subs[sub.id]
+            self._fire("unsubscribe", {"subscriptionId": sub.id})
         return sub
 
     # ---- RPC ---------------------------------------------------------
 
-    def register(self, name, queued=16, in_flight=16, timeout=_DEFAULT_TIMEOUT):
-        """Registers a service; returns a Service yielding its requests.
-        queued and in_flight bound its calls waiting for dispatch and its
-        requests not yet replied to."""
-        svc = Service(self, name)
+    def _register(self, svc, timeout):
+        """Registers svc (new, or moving on from a lost connection) here."""
         with self._lock:
-            if name in self._services:
-                raise ValueError(f"service {name} is already registered on this client")
-            self._services[name] = svc
+            if svc.name in self._services:
+                raise ValueError(f"service {svc.name} is already registered on this client")
+            self._services[svc.name] = svc
+
+        def known(v):
+            svc.incarnation, svc._conn = v["serviceIncarnation"], self
+            if self._keep:
+                self._owner._adopt(svc)
+
         try:
-            v = self._request("service.register", {"name": name, "maxQueued": queued, "maxInFlight": in_flight},
-                              timeout)
+            self._request("service.register", {"name": svc.name, "maxQueued": svc.queued,
+                                               "maxInFlight": svc.in_flight}, timeout, then=known)
         except BaseException:
             with self._lock:
-                self._services.pop(name, None)
+                if self._services.get(svc.name) is svc:
+                    del self._services[svc.name]
             raise
-        svc.incarnation = v["serviceIncarnation"]
+        if svc._closed:  # closed while it was being registered again here
+            self._fire("service.unregister", {"name": svc.name, "serviceIncarnation": svc.incarnation})
+            with self._lock:
+                if self._services.get(svc.name) is svc:
+                    del self._services[svc.name]
         return svc
 
-    def call(self, target, method, payload, attachments=None, pin=None, timeout=_DEFAULT_TIMEOUT):
-        """Admits a call carrying attachments ({name: Artifact}); returns a
-        PendingCall. pin, a service incarnation, makes the call reach only
-        that one (TARGET_CHANGED otherwise)."""
+    def call(self, target, method, payload, attachments, pin, timeout):
         atts, done = self._attachments(attachments)
         try:
             return self._call(target, method, payload, atts, pin, timeout)
@@ -545,7 +1175,7 @@ class Client(Closing):
                 p.id = body["callId"] = f"call-{self._next_call}"
                 self._calls[p.id] = p
             frame = self._command_frame("rpc.call", body, w, attachments=atts)
-            self._sock.sendall(frame)
+            self._sendall(frame)
         if not w.done.wait(timeout):
             raise TimeoutError("rpc.call was not answered within the timeout")
         if w.error is not None:
@@ -554,6 +1184,24 @@ class Client(Closing):
             raise w.error
         p.incarnation = w.value["serviceIncarnation"]
         return p
+
+
+def _join(thread, timeout):
+    # A close may come from the thread itself: a log handler, or a
+    # callback the reader runs.
+    if thread is not None and thread is not threading.current_thread():
+        thread.join(timeout)
+
+
+def _check_store_root(store_root, store_id):
+    """Raises StoreRootError unless store_root (when given) holds the
+    router's store, the directory store_id."""
+    if not store_root:
+        return
+    if not os.path.isdir(os.path.join(store_root, store_id)):
+        raise StoreRootError(
+            f"store_root {store_root!r} does not hold this router's store {store_id}: pass the directory the "
+            f"router was started with (flybus serve --store DIR), which holds {store_id}/", store_root, store_id)
 
 
 def _object(payload):
@@ -591,6 +1239,9 @@ class _Delivery(Owning):
         closing the delivery, close it when done."""
         if self._closed:
             raise ValueError("this delivery was already closed")
+        stale = self._client._stale()
+        if stale is not None:
+            raise stale
         for a in self._attachments:
             if a["name"] == name:
                 if not self._guard.add():
@@ -612,15 +1263,25 @@ class Message(_Delivery):
 
 class _Stream(Closing):
     """What a subscription and a service share: a queue the reader fills,
-    drained by next(timeout=) or by iterating until it is closed."""
+    drained by next(timeout=) or by iterating until it is closed. A dial
+    client moves it from connection to connection (_conn is the one it is
+    on now)."""
 
-    def __init__(self, client):
-        self._client = client
+    def __init__(self, owner):
+        self._owner = owner
+        self._conn = None
         self._queue = _Queue()
         self._closed = False
 
     def next(self, timeout=None):
-        d = self._queue.next(timeout)
+        deadline = _deadline(timeout)
+        while True:
+            d = self._queue.next(_left(deadline))
+            cn = d._client
+            if cn._lost is None or cn._stale() is None:
+                break
+            # Queued by a connection lost just now: dropped, as the rest of its queue.
+            d.close()
         d._handed_out()
         return d
 
@@ -633,15 +1294,52 @@ class _Stream(Closing):
 
 
 class Subscription(_Stream):
-    """One topic's messages: iterate, or next(timeout=)."""
+    """One topic's messages: iterate, or next(timeout=).
 
-    def __init__(self, client, topic, in_flight):
-        super().__init__(client)
-        self.topic = topic
-        self.id = self.topic_incarnation = None
-        w = client._watchdog
-        self._credits = _handles.Credits(in_flight, w.poke if w is not None else None)
-        self._credits.topic = topic
+    topic_incarnation is the topic's current incarnation, None while the
+    subscription awaits its declaration (subscribe(await_topic=True)).
+    publishers is the topic's count of live publishers (open connections
+    that published on its current incarnation), as the router last said;
+    None before it said. wait_publishers and wait_topic wait for a change
+    without polling. A dial client's subscription is made again on each
+    new connection (id then changes)."""
+
+    def __init__(self, owner, topic, mode, queued, in_flight, replay):
+        super().__init__(owner)
+        self.topic, self.mode, self.queued, self.in_flight, self.replay = topic, mode, queued, in_flight, replay
+        self.id = self.topic_incarnation = self.publishers = None
+        self._credits = None
+
+    def _set(self, **state):
+        """The reader records what a reply or notice said, and wakes waiters."""
+        with self._queue._cond:
+            for k, v in state.items():
+                setattr(self, k, v)
+            self._queue._cond.notify_all()
+
+    def _wait_state(self, ready, what, timeout):
+        with self._queue._cond:
+            if not self._queue._cond.wait_for(lambda: ready() or self._queue._closed is not None, timeout):
+                raise TimeoutError(f"{what} within the timeout")
+            if not ready():
+                raise self._queue._closed
+
+    def wait_publishers(self, pred, timeout=None):
+        """Waits until pred(publishers) holds for the router's latest count
+        and returns the count: wait_publishers(lambda n: n == 0) returns once
+        no live publisher is left. Raises TimeoutError, or the subscription's
+        end."""
+        self._wait_state(lambda: self.publishers is not None and pred(self.publishers),
+                         f"the publishers of {self.topic} did not reach the condition", timeout)
+        return self.publishers
+
+    def wait_topic(self, timeout=None, declared=True):
+        """Waits until the topic is declared and returns its incarnation;
+        with declared=False, until it is deleted (and the subscription
+        awaits the next declaration)."""
+        self._wait_state(lambda: (self.topic_incarnation is not None) == declared,
+                         f"{self.topic} was not {'declared' if declared else 'deleted'}", timeout)
+        return self.topic_incarnation
 
     def next(self, timeout=None):
         m = super().next(timeout)
@@ -653,22 +1351,28 @@ class Subscription(_Stream):
         return m
 
     def _unwatch(self):
-        if self._client._watchdog is not None:
-            self._client._watchdog.unwatch(self._credits)
+        w = self._owner._watchdog
+        if w is not None and self._credits is not None:
+            w.unwatch(self._credits)
 
     def close(self, timeout=_DEFAULT_TIMEOUT):
         if self._closed:
             return
         self._closed = True
+        self._owner._forget(self)
         self._unwatch()
-        with self._client._lock:
-            self._client._subs.pop(self.id, None)
+        cn = self._conn
+        if cn is not None:
+            with cn._lock:
+                if cn._subs.get(self.id) is self:
+                    del cn._subs[self.id]
         for m in self._queue.close(ClosedError("subscription closed")):
             m.close()
-        try:
-            self._client._request("unsubscribe", {"subscriptionId": self.id}, timeout)
-        except ClosedError:
-            pass
+        if cn is not None:
+            try:
+                cn._request("unsubscribe", {"subscriptionId": self.id}, timeout)
+            except (ClosedError, RouterLost):
+                pass  # its connection is gone, and the subscription with it
 
 
 class _ReplyCap:
@@ -735,7 +1439,12 @@ class Request(_Delivery):
     def responder(self):
         """A handle that can reply after the Request is closed (its delivery
         consumed, the service's credit returned). Close it when done."""
-        if self._closed or not self._cap.add():
+        if self._closed:
+            raise ValueError("this request was already closed")
+        stale = self._client._stale()
+        if stale is not None:
+            raise stale
+        if not self._cap.add():
             raise ValueError("this request was already closed")
         return Responder(self._cap)
 
@@ -760,24 +1469,30 @@ class Responder(Owning):
 
 
 class Service(_Stream):
-    """A registered service: iterate its requests, or next(timeout=)."""
+    """A registered service: iterate its requests, or next(timeout=). A
+    dial client registers it again on each new connection, where it gets
+    a new incarnation."""
 
-    def __init__(self, client, name):
-        super().__init__(client)
-        self.name = name
+    def __init__(self, owner, name, queued, in_flight):
+        super().__init__(owner)
+        self.name, self.queued, self.in_flight = name, queued, in_flight
         self.incarnation = None
 
     def close(self, timeout=_DEFAULT_TIMEOUT):
         if self._closed:
             return
         self._closed = True
-        try:
-            self._client._request("service.unregister", {"name": self.name, "serviceIncarnation": self.incarnation},
-                                  timeout)
-        except ClosedError:
-            pass
-        with self._client._lock:
-            self._client._services.pop(self.name, None)
+        self._owner._forget(self)
+        cn = self._conn
+        if cn is not None:
+            try:
+                cn._request("service.unregister", {"name": self.name, "serviceIncarnation": self.incarnation},
+                            timeout)
+            except (ClosedError, RouterLost):
+                pass  # its connection is gone, and the registration with it
+            with cn._lock:
+                if cn._services.get(self.name) is self:
+                    del cn._services[self.name]
         for r in self._queue.close(ClosedError(f"service {self.name} closed")):
             r.close()
 
@@ -810,7 +1525,9 @@ class PendingCall:
             result.close()  # a second outcome: nobody will take it
 
     def result(self, timeout=None):
-        """The call's Result (close it), or the BusError that ended the call."""
+        """The call's Result (close it), or the BusError that ended the call:
+        RouterLost with dispatch "unknown" when the connection was lost
+        before the result came."""
         if not self._done.wait(timeout):
             raise TimeoutError(f"{self.id} has no result yet")
         if self._error is not None:

@@ -28,6 +28,20 @@ class NoRouter(FlybusError, ConnectionError):
     be running, or listens elsewhere."""
 
 
+class StoreRootError(FlybusError, FileNotFoundError):
+    """The store_root given to connect does not hold the router's store (a
+    directory named its storeId): it is not the directory the router was
+    started with (flybus serve --store DIR). store_root and store_id say
+    which."""
+
+    def __init__(self, message, store_root, store_id):
+        super().__init__(message)
+        self.store_root, self.store_id = store_root, store_id
+
+    def __str__(self):
+        return self.args[0]
+
+
 class ProtocolError(FlybusError):
     """The router sent something the contract forbids; the client closed."""
 
@@ -63,4 +77,21 @@ for _code in SCHEMA.errors:
     _BY_CODE[_code] = _cls
     globals()[_cls.__name__] = _cls
 
-__all__ = ["FlybusError", "ClosedError", "SubscriptionClosed", "NoRouter", "ProtocolError", "BusError", "WireError"] + [c.__name__ for c in _BY_CODE.values()]
+
+class StaleHandle(_BY_CODE["ROUTER_LOST"]):
+    """A handle made on a connection that a reconnecting client (flybus.dial)
+    has since lost: a message, request, result, responder, artifact, view,
+    writer or pending call. The client lives on over a new connection, but
+    what the old one held is gone with it, so the handle refuses every use
+    and its close sends nothing. It is a RouterLost (code ROUTER_LOST,
+    dispatch "not-dispatched"): nothing was sent."""
+
+    def __init__(self, message):
+        super().__init__("ROUTER_LOST", message, "not-dispatched")
+
+    def not_sent(self):
+        return self
+
+
+__all__ = ["FlybusError", "ClosedError", "SubscriptionClosed", "NoRouter", "StoreRootError", "ProtocolError", "BusError",
+           "StaleHandle", "WireError"] + [c.__name__ for c in _BY_CODE.values()]
