@@ -20,7 +20,7 @@ import (
 // body that decodes re-encodes to something that decodes to the same value.
 
 func FuzzScanner(f *testing.F) {
-	for _, c := range flat(scanRefusals, scanAccepts) {
+	for _, c := range flat(scanRefusals(f), scanAccepts(f)) {
 		f.Add([]byte(c.in))
 	}
 	var warm Scanner // reused across inputs, as a connection's decoder is
