@@ -54,7 +54,8 @@ type logLine struct {
 
 func startProcess(ctx context.Context, binary, storeRoot string, mode store.Mode, sock string, env []string) (*processRouter, error) {
 	cmd := exec.Command(binary, "serve", "--open", "--store", storeRoot, "--store-mode", mode.String(), "--listen", sock,
-		"--metrics", "127.0.0.1:0", "--pprof", "--log-format", "json") // --pprof: --cpuprofile fetches the router's profile
+		"--metrics", "127.0.0.1:0", "--pprof", "--log-format", "json", // --pprof: --cpuprofile fetches the router's profile
+		"--limit", "maxClients=256") // the sweep's 64 consumers and their producer pass the default 64
 	if len(env) > 0 {
 		cmd.Env = append(os.Environ(), env...)
 	}
