@@ -175,8 +175,8 @@ func (c *Client) redial(ctx context.Context, first bool) (*conn, error) {
 
 // refusedForGood reports a refusal at connect that waiting does not cure:
 // the identity, the version, the envelope or a StoreRoot without the
-// router's store. A full router, or a client id
-// still connected from before, may clear.
+// router's store. A full router, or a client id still connected from
+// before, may clear.
 func refusedForGood(err error) bool {
 	if errors.Is(err, ErrNoStoreRoot) {
 		return true
@@ -297,8 +297,8 @@ func (c *Client) restore(ctx context.Context, cn *conn) bool {
 			}
 			if err != nil {
 				c.forget(s)
-				s.closeQueue(&handleError{msg: "flybus: the service could not be registered again after a reconnect: " + err.Error(),
-					kinds: []error{ErrSubscriptionClosed}, cause: err})
+				// Next returns the router's refusal (errors.As finds it).
+				s.closeQueue(&handleError{msg: "flybus: the service could not be registered again after a reconnect: " + err.Error(), cause: err})
 			} else if s.closed.Load() { // closed while registering
 				cn.fireAndForget(wire.OpServiceUnregister, &wire.Unregister{Name: s.name, ServiceIncarnation: s.Incarnation()})
 			}
