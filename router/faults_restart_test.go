@@ -1,10 +1,8 @@
 package router_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -12,9 +10,9 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/internal/bustest"
 	"github.com/flybus/flybus/internal/leakcheck"
 	"github.com/flybus/flybus/internal/shmtest"
 	"github.com/flybus/flybus/router"
@@ -115,81 +113,6 @@ func TestFaultRouterRestart(t *testing.T) {
 	})
 }
 
-// flybusBinary builds the router executable into dir.
-func flybusBinary(t *testing.T, dir string) string {
-	t.Helper()
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("the go command is needed to build flybus: %v", err)
-	}
-	bin := filepath.Join(dir, "flybus")
-	out, err := exec.Command(goTool, "build", "-o", bin, "github.com/flybus/flybus/cmd/flybus").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build flybus: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// serveChild starts `flybus serve --open --store root --listen sock`, waits
-// for its ready line and returns the process and its store id. The process
-// is killed at cleanup if the test has not reaped it.
-func serveChild(t *testing.T, bin, root, sock string, flags ...string) (*exec.Cmd, string) {
-	t.Helper()
-	return startServe(t, exec.Command(bin, append([]string{"serve", "--open", "--store", root, "--listen", sock}, flags...)...))
-}
-
-// startServe starts cmd, a flybus serve however launched, and waits for
-// its ready line.
-func startServe(t *testing.T, cmd *exec.Cmd) (*exec.Cmd, string) {
-	t.Helper()
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = pw, &stderr
-	err = cmd.Start()
-	pw.Close() // the child has its own copy
-	if err != nil {
-		pr.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-		pr.Close()
-		if t.Failed() {
-			t.Logf("flybus serve stderr:\n%s", stderr.String())
-		}
-	})
-	lines := make(chan string, 1)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(pr)
-		if sc.Scan() {
-			lines <- sc.Text()
-		}
-		for sc.Scan() { // never let the child block on stdout
-		}
-	}()
-	var line string
-	select {
-	case line = <-lines:
-	case <-time.After(20 * time.Second):
-		t.Fatal("flybus serve printed no ready line")
-	}
-	var ready struct {
-		Ready   bool   `json:"ready"`
-		StoreID string `json:"storeId"`
-	}
-	if err := json.Unmarshal([]byte(line), &ready); err != nil || !ready.Ready || ready.StoreID == "" {
-		t.Fatalf("ready line %q: %v", line, err)
-	}
-	return cmd, ready.StoreID
-}
-
 // A crashed router process: `flybus serve` is killed with SIGKILL while a
 // client holds and maps an artifact. The client's handles fail with
 // ROUTER_LOST, the dead store directory stays until the next router.New on
@@ -199,7 +122,7 @@ func startServe(t *testing.T, cmd *exec.Cmd) (*exec.Cmd, string) {
 // the routers that follow, and the dead router's references are
 // ARTIFACT_GONE. In both store modes.
 func TestFaultRouterCrashLeavesAnOrphanStore(t *testing.T) {
-	bin := flybusBinary(t, t.TempDir())
+	bin := bustest.FlybusBinary(t)
 	for _, mode := range storeModes {
 		t.Run(mode.String(), func(t *testing.T) { routerCrash(t, bin, mode) })
 	}
@@ -231,7 +154,7 @@ func routerCrash(t *testing.T, bin string, mode store.Mode) {
 	liveArt := produce(t, liveC, liveData)
 
 	sock := filepath.Join(tmp, "crash.sock")
-	child, deadStore := serveChild(t, bin, root, sock, "--store-mode", mode.String())
+	child, deadStore := bustest.Serve(t, bin, root, sock, "--store-mode", mode.String())
 	c, err := client.ConnectUnix(ctx, sock, client.Config{ClientID: "crash-victim", StoreRoot: root})
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/flybus/flybus/client"
+	"github.com/flybus/flybus/internal/bustest"
 	"github.com/flybus/flybus/internal/shmtest"
 	"github.com/flybus/flybus/wire"
 	"golang.org/x/sys/unix"
@@ -25,10 +26,10 @@ import (
 // store's slot files are back to what they were, plus the other client's
 // one free slot.
 func TestSlotDescriptorsAreBoundedPerClient(t *testing.T) {
-	bin := flybusBinary(t, t.TempDir())
+	bin := bustest.FlybusBinary(t)
 	root := shmtest.Dir(t, "flybus-test-")
 	sock := filepath.Join(t.TempDir(), "bus.sock")
-	child, storeID := startServe(t, exec.Command("sh", "-c", `ulimit -n 128 && exec "$@"`, "sh",
+	child, storeID := bustest.StartServe(t, exec.Command("sh", "-c", `ulimit -n 128 && exec "$@"`, "sh",
 		bin, "serve", "--open", "--store", root, "--listen", sock))
 	pid := child.Process.Pid
 	storeDir := filepath.Join(root, storeID)
@@ -116,9 +117,9 @@ func TestFullTmpfsGivesFreeSlotsBack(t *testing.T) {
 		t.Skipf("mounting a small tmpfs needs root: %v", err)
 	}
 	t.Cleanup(func() { unix.Unmount(root, unix.MNT_DETACH) })
-	bin := flybusBinary(t, t.TempDir())
+	bin := bustest.FlybusBinary(t)
 	sock := filepath.Join(t.TempDir(), "bus.sock")
-	child, _ := serveChild(t, bin, root, sock)
+	child, _ := bustest.Serve(t, bin, root, sock)
 	ctx := ctxT(t)
 
 	filler, err := client.ConnectUnix(ctx, sock, client.Config{ClientID: "filler", StoreRoot: root})
