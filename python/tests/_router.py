@@ -8,6 +8,9 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import unittest
+
+import flybus
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 _built = None
@@ -95,3 +98,20 @@ class Router:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(30)
+
+
+class RouterCase(unittest.TestCase):
+    """Against a real flybus serve, started once for the class."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.router = Router()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.router.stop()
+
+    def client(self, name):
+        c = flybus.connect(self.router.socket, client_id=name, store_root=self.router.store)
+        self.addCleanup(c.close)
+        return c

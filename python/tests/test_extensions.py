@@ -9,24 +9,7 @@ import unittest
 
 import flybus
 
-from _router import Router
-
-
-class RouterCase(unittest.TestCase):
-    """Against a real flybus serve, started once for the class."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.router = Router()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.router.stop()
-
-    def client(self, name):
-        c = flybus.connect(self.router.socket, client_id=name, store_root=self.router.store)
-        self.addCleanup(c.close)
-        return c
+from _router import Router, RouterCase
 
 
 class ExtensionsTest(RouterCase):
