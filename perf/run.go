@@ -29,25 +29,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		Frames: frames(cfg.Seconds), Agents: cfg.Agents, Consumers: Consumers, SlowDelayNs: int64(SlowConsumerDelay),
 		Fill: cfg.Fill, TouchStride: TouchStride, SampleEvery: int64(sampleEvery), ProfileFiles: cfg.CPUProfile != ""}}
 
-	root, removeRoot, err := storeRoot(cfg.Store)
+	root, tmp, scratch, cleanup, err := workDirs(cfg.Store, "perf")
 	if err != nil {
 		return nil, err
 	}
-	defer removeRoot()
+	defer cleanup()
 	rep.Store = describeStore(root)
-
-	// Sockets, the built binary and baseline scratch files live here; the
-	// scratch directory is in the store's filesystem so that pwrite and
-	// map+touch+unmap pay what staging and views pay.
-	tmp, err := os.MkdirTemp("", "flybus-perf-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(tmp)
-	scratch, err := os.MkdirTemp(root, "perf-baseline-")
-	if err != nil {
-		return nil, err
-	}
 	frame := FramePattern()
 	rounds := defaultRounds
 	if cfg.rounds != nil {
@@ -201,4 +188,26 @@ func profileFile(file string, agents int, several bool) string {
 	}
 	ext := filepath.Ext(file)
 	return fmt.Sprintf("%s.agents%d%s", strings.TrimSuffix(file, ext), agents, ext)
+}
+
+// workDirs makes a run's directories: the store root, a temporary
+// directory for sockets and the built binaries, and the baselines' scratch
+// directory, which is in the store's filesystem so that pwrite and
+// map+touch+unmap pay what staging and views pay. cleanup removes what
+// was made here.
+func workDirs(store, name string) (root, tmp, scratch string, cleanup func(), err error) {
+	root, removeRoot, err := storeRoot(store)
+	if err != nil {
+		return "", "", "", nil, err
+	}
+	if tmp, err = os.MkdirTemp("", "flybus-"+name+"-"); err != nil {
+		removeRoot()
+		return "", "", "", nil, err
+	}
+	if scratch, err = os.MkdirTemp(root, name+"-baseline-"); err != nil {
+		os.RemoveAll(tmp)
+		removeRoot()
+		return "", "", "", nil, err
+	}
+	return root, tmp, scratch, func() { os.RemoveAll(tmp); removeRoot() }, nil
 }

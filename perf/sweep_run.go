@@ -28,22 +28,12 @@ func RunSweep(ctx context.Context, cfg SweepConfig) (*SweepReport, error) {
 	defer prog.stop()
 
 	rep := &SweepReport{Started: time.Now().UTC(), Machine: describeMachine(), Seconds: cfg.Seconds}
-	root, removeRoot, err := storeRoot(cfg.Store)
+	root, tmp, scratch, cleanup, err := workDirs(cfg.Store, "sweep")
 	if err != nil {
 		return nil, err
 	}
-	defer removeRoot()
+	defer cleanup()
 	rep.Store = describeStore(root)
-	tmp, err := os.MkdirTemp("", "flybus-sweep-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(tmp)
-
-	scratch, err := os.MkdirTemp(root, "sweep-baseline-")
-	if err != nil {
-		return nil, err
-	}
 	rounds := defaultSweepRounds
 	if cfg.rounds != nil {
 		rounds = *cfg.rounds
