@@ -364,11 +364,15 @@ func (c *Client) setStateLocked(s State, err error) {
 // State reports where the connection stands, and a channel closed at its
 // next change: a program watches it without polling.
 func (c *Client) State() (State, <-chan struct{}) {
+	if c.dial == nil {
+		// One connection: its end is the one change there is.
+		if c.cur.Err() != nil {
+			return Closed, closedChan
+		}
+		return Connected, c.cur.Done()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.dial == nil && c.state == Connected && c.cur.Err() != nil {
-		return Closed, closedChan
-	}
 	return c.state, c.changed
 }
 

@@ -405,3 +405,23 @@ func TestDialSurvivesAKilledRouterProcess(t *testing.T) {
 		})
 	}
 }
+
+// A Connect client's State announces its one change: the connection's end.
+func TestConnectStateAnnouncesTheEnd(t *testing.T) {
+	bustest.ForEachTransport(t, bustest.Open(), func(t *testing.T, h *bustest.Harness) {
+		c := h.Dial("once")
+		st, changed := c.State()
+		if st != client.Connected {
+			t.Fatalf("state %s", st)
+		}
+		c.Close()
+		select {
+		case <-changed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the change channel taken while connected did not close at the end")
+		}
+		if st, _ := c.State(); st != client.Closed {
+			t.Fatalf("state %s after Close", st)
+		}
+	})
+}
