@@ -65,7 +65,8 @@ type Bridge struct {
 	acks sync.WaitGroup // goroutines waiting for JetStream acknowledgments
 }
 
-// session is one connection to the local router.
+// session is one connection to the local router: the client outlives it,
+// the artifacts an import allocated on it do not.
 type session struct {
 	c  *client.Client
 	id uint64
@@ -258,8 +259,7 @@ func (b *Bridge) Run(parent context.Context) (err error) {
 			im.stop()
 		}
 	}()
-	b.localLoop(ctx)
-	return nil
+	return b.runLocal(ctx)
 }
 
 func joinURLs(urls []string) string {
@@ -332,30 +332,115 @@ func (b *Bridge) setupStreams(ctx context.Context) error {
 	return nil
 }
 
-// localLoop keeps one session with the local router at a time,
-// reconnecting (with a new incarnation) every Local.ReconnectWait after
-// the router went away, until ctx ends.
-func (b *Bridge) localLoop(ctx context.Context) {
-	wait := time.Duration(b.cfg.Local.ReconnectWait)
-	logged := false
-	for ctx.Err() == nil {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		c, err := client.ConnectUnix(cctx, b.cfg.Local.Socket, b.clientConfig())
-		cancel()
-		if err != nil {
-			if !logged {
-				b.log.Warn("local router unreachable; retrying", "socket", b.cfg.Local.Socket, "every", wait, "err", err)
-				logged = true
-			}
-			select {
-			case <-time.After(wait):
-			case <-ctx.Done():
-			}
-			continue
+// runLocal keeps the bridge's one client of the local router until ctx
+// ends. It is a Dial client: after the router goes away it dials again
+// with backoff, with a new incarnation, and declares the imported topics,
+// subscribes the exports and registers the history service again by
+// itself. Each connection is a local session. It returns an error only
+// when the router refuses the bridge for good (its identity, its grants or
+// its store root).
+func (b *Bridge) runLocal(ctx context.Context) error {
+	cc := b.clientConfig()
+	cc.OnConnect = func(client.Info) {
+		// A new router numbers its topics' sequences anew: the sequences
+		// the imports published on the last one say nothing here. Nothing
+		// is delivered on the new connection before this returns.
+		for _, r := range b.own {
+			r.reset()
 		}
-		logged = false
-		b.runSession(ctx, c)
 	}
+	b.log.Info("connecting to the local router", "socket", b.cfg.Local.Socket)
+	c, err := client.DialUnix(ctx, b.cfg.Local.Socket, cc)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("local router %s: %w", b.cfg.Local.Socket, err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		b.setLocal(nil)
+		wg.Wait()
+		c.Close()
+	}()
+	if err := b.declareImports(sctx, c); err != nil {
+		return err
+	}
+	ready := make(chan error, len(b.cfg.Exports))
+	for i := range b.cfg.Exports {
+		e := &b.cfg.Exports[i]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.export(sctx, c, e, ready)
+		}()
+	}
+	if h := b.cfg.History; h != nil {
+		svc, err := c.Register(sctx, h.Service, client.Queued(16), client.InFlight(4))
+		if err != nil {
+			return fmt.Errorf("registering the history service %s: %w", h.Service, err)
+		}
+		defer svc.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.serveHistory(sctx, c, svc)
+		}()
+	}
+	for range b.cfg.Exports {
+		select {
+		case err := <-ready:
+			if err != nil {
+				return err
+			}
+		case <-sctx.Done():
+			return nil
+		}
+	}
+	b.watchLocal(sctx, c)
+	return nil
+}
+
+// watchLocal follows the client's state until ctx ends: a session starts
+// each time it is connected on a new connection (everything restored) and
+// ends when that connection is lost.
+func (b *Bridge) watchLocal(ctx context.Context, c *client.Client) {
+	seen := ^uint64(0) // the reconnect count of the current session
+	for {
+		st, changed := c.State()
+		switch st {
+		case client.Connected:
+			if n := c.Stats().Reconnects; n != seen {
+				seen = n
+				info := c.Info()
+				b.setLocal(&session{c: c, id: b.sessions.Add(1)})
+				b.log.Info("local session up", "router", info.RouterID, "incarnation", info.Identity.ClientIncarnation)
+				if b.opts.OnLocalSession != nil {
+					b.opts.OnLocalSession(info)
+				}
+			}
+		case client.Reconnecting:
+			if b.current() != nil {
+				b.setLocal(nil)
+				b.log.Warn("local router lost; reconnecting", "err", c.Err())
+			}
+		case client.Closed:
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (b *Bridge) setLocal(s *session) {
+	b.mu.Lock()
+	b.local = s
+	b.mu.Unlock()
 }
 
 // clientConfig is the local connection's: an export views every
@@ -369,75 +454,6 @@ func (b *Bridge) clientConfig() client.Config {
 		cc.AllocateAhead = 2 // a frame's large artifact and its small one
 	}
 	return cc
-}
-
-// runSession serves one connection to the local router until it ends or
-// ctx does, then closes what it opened on it.
-func (b *Bridge) runSession(ctx context.Context, c *client.Client) {
-	s := &session{c: c, id: b.sessions.Add(1)}
-	sctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() {
-		cancel()
-		b.mu.Lock()
-		b.local = nil
-		b.mu.Unlock()
-		wg.Wait()
-		c.Close()
-	}()
-	if err := b.declareImports(sctx, c); err != nil {
-		b.log.Warn("declaring imported topics", "err", err)
-		return
-	}
-	for _, r := range b.own {
-		r.reset() // a new router numbers its topics anew
-	}
-	ready := make(chan struct{}, len(b.cfg.Exports)+1)
-	for i := range b.cfg.Exports {
-		e := &b.cfg.Exports[i]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b.export(sctx, c, e, ready)
-		}()
-	}
-	var svc *client.Service
-	if h := b.cfg.History; h != nil {
-		var err error
-		if svc, err = c.Register(sctx, h.Service, client.Queued(16), client.InFlight(4)); err != nil {
-			b.log.Warn("registering the history service", "service", h.Service, "err", err)
-			return
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b.serveHistory(sctx, c, svc)
-		}()
-	}
-	for range b.cfg.Exports {
-		select {
-		case <-ready:
-		case <-sctx.Done():
-			return
-		case <-c.Done():
-			return
-		}
-	}
-	b.mu.Lock()
-	b.local = s
-	b.mu.Unlock()
-	b.log.Info("local session up", "router", c.Info().RouterID, "incarnation", c.Info().Identity.ClientIncarnation)
-	if b.opts.OnLocalSession != nil {
-		b.opts.OnLocalSession(c.Info())
-	}
-	select {
-	case <-sctx.Done():
-	case <-c.Done():
-		b.log.Warn("local router lost; reconnecting", "err", c.Err())
-	}
-	if svc != nil {
-		svc.Close()
-	}
 }
 
 func (b *Bridge) declareImports(ctx context.Context, c *client.Client) error {

@@ -55,8 +55,9 @@ type LocalConfig struct {
 	Socket    string `json:"socket"`
 	ClientID  string `json:"clientId"`
 	StoreRoot string `json:"storeRoot"` // the router's --store directory
-	// ReconnectWait is the pause between attempts to reach the router
-	// after it went away [500ms].
+	// ReconnectWait is no longer used: the bridge reconnects with the
+	// client library's backoff (50 ms doubling to 2 s, with jitter). It is
+	// still accepted so that older configurations load.
 	ReconnectWait Duration `json:"reconnectWait,omitempty"`
 }
 
@@ -199,9 +200,6 @@ func (c *Config) Validate() error {
 	}
 	if !wire.ValidID(c.Local.ClientID) {
 		return configErr("local.clientId %q: want [a-z0-9][a-z0-9._-]{0,63}", c.Local.ClientID)
-	}
-	if c.Local.ReconnectWait == 0 {
-		c.Local.ReconnectWait = Duration(500 * time.Millisecond)
 	}
 	if c.Origin == "" {
 		h, _ := os.Hostname()

@@ -27,7 +27,7 @@ func TestConfigParsesAndFillsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if *c.NATS.MaxReconnects != 10 || time.Duration(c.NATS.ReconnectWait) != time.Second ||
-		time.Duration(c.Local.ReconnectWait) != 500*time.Millisecond || time.Duration(c.Exports[0].Stream.MaxAge) != 10*time.Minute ||
+		time.Duration(c.Exports[0].Stream.MaxAge) != 10*time.Minute ||
 		c.Imports[0].PendingBytes != 64<<20 || time.Duration(c.Imports[0].FrameTimeout) != 5*time.Second ||
 		c.Imports[0].Mode != "bounded" {
 		t.Fatalf("%+v", c)

@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -12,10 +13,10 @@ import (
 	"github.com/flybus/flybus/client"
 )
 
-// export subscribes to one local topic for the session and sends every
-// message it takes, until the session ends. ready gets one value once the
-// subscription stands.
-func (b *Bridge) export(ctx context.Context, c *client.Client, e *ExportConfig, ready chan<- struct{}) {
+// export subscribes to one local topic and sends every message it takes,
+// until ctx ends; the subscription outlives reconnects. ready gets nil once
+// the subscription stands, or the router's refusal.
+func (b *Bridge) export(ctx context.Context, c *client.Client, e *ExportConfig, ready chan<- error) {
 	cnt := b.exports[e.Topic]
 	cfg := []client.SubscribeOption{client.Bounded()}
 	if e.Mode == "latest" {
@@ -35,16 +36,20 @@ func (b *Bridge) export(ctx context.Context, c *client.Client, e *ExportConfig, 
 	// after it is missed, whoever starts first.
 	sub, err := c.Subscribe(ctx, e.Topic, append(cfg, client.AwaitTopic())...)
 	if err != nil {
-		b.log.Warn("subscribe", "topic", e.Topic, "err", err)
+		ready <- fmt.Errorf("export %s: subscribe: %w", e.Topic, err)
 		return
 	}
 	defer sub.Close()
-	ready <- struct{}{}
+	ready <- nil
 	own := b.own[e.Topic]
 	var scratch []byte // reused by every frame: inline frames are copied together
 	for {
 		msg, err := sub.Next(ctx)
 		if err != nil {
+			if ctx.Err() == nil {
+				// Only a subscription the new router refused ends here.
+				b.log.Error("export ended", "topic", e.Topic, "err", err)
+			}
 			return
 		}
 		cnt.coalesced.Add(msg.Replaced)

@@ -274,7 +274,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 func bridgeConfig(h *host, n *natsHarness, id string) *Config {
 	return &Config{Origin: id, NATS: NATSConfig{URLs: []string{n.url()}, ReconnectWait: Duration(50 * time.Millisecond),
 		Timeout: Duration(5 * time.Second)},
-		Local: LocalConfig{Socket: h.sock, ClientID: id, StoreRoot: h.root, ReconnectWait: Duration(500 * time.Millisecond)}}
+		Local: LocalConfig{Socket: h.sock, ClientID: id, StoreRoot: h.root}}
 }
 
 // fill makes the bytes of artifact name of frame seq, different for each.

@@ -66,3 +66,52 @@ func TestTwoBridgesExportingToEachOtherDoNotLoop(t *testing.T) {
 		t.Fatal("the echo was admitted")
 	}
 }
+
+// The sequences an import published are forgotten when the local router
+// restarts: the new router numbers the topic from 1 again, and its first
+// frames are the local producer's, not echoes, so the export sends them.
+func TestLoopDetectionForgetsAnOldRouter(t *testing.T) {
+	n := startNATS(t, 64<<10)
+	a, b := newHost(t, "a"), newHost(t, "b")
+	ca := bridgeConfig(a, n, "bridge-a")
+	ca.Exports = []ExportConfig{{Topic: "shared", Subject: "ab", Mode: "bounded", Declare: "none"}}
+	ca.Imports = []ImportConfig{{Subject: "ba", Topic: "shared"}}
+	cb := bridgeConfig(b, n, "bridge-b")
+	cb.Exports = []ExportConfig{{Topic: "shared", Subject: "ba", Mode: "bounded", Declare: "none"}}
+	cb.Imports = []ImportConfig{{Subject: "ab", Topic: "shared"}}
+	ba, _ := startBridge(t, ca, Options{}), startBridge(t, cb, Options{})
+	pb := b.connect("producer-b")
+	subB := subscribe(t, pb, "shared", client.Bounded())
+	// Frames 11 and 12 cross to a, where they are sequences 1 and 2.
+	for i := uint64(11); i <= 12; i++ {
+		publishFrame(t, pb, "shared", i, frameSizes)
+	}
+	for range 2 {
+		m, err := subB.Next(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Close()
+	}
+	waitFor(t, "a's export to skip both", func() bool { return ba.b.Stats().Exports["shared"].LoopSkipped == 2 })
+
+	a.restart()
+	ba.waitSession(t)
+	pa := a.connect("producer-a")
+	for i := uint64(1); i <= 2; i++ {
+		publishFrame(t, pa, "shared", i, frameSizes) // sequences 1 and 2 on the new router
+	}
+	for i := uint64(1); i <= 2; i++ {
+		m, err := subB.Next(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := checkMessage(t, m); got != i {
+			t.Fatalf("b got frame %d, want %d", got, i)
+		}
+		m.Close()
+	}
+	if e := ba.b.Stats().Exports["shared"]; e.LoopSkipped != 2 || e.Sent != 2 {
+		t.Fatalf("a's export after the restart: %+v", e)
+	}
+}

@@ -71,6 +71,13 @@ type Config struct {
 	// without a digest (ErrNoDigest). It costs a SHA-256 of every byte
 	// per read; see docs/integrity.md [false].
 	VerifyReads bool
+	// OnConnect runs on each new connection once the router has accepted
+	// it and before anything is delivered on it: for a Dial client after
+	// every reconnect, before the topics, services and subscriptions are
+	// restored. A new router numbers topic sequences anew, so a program
+	// that remembers sequences forgets them here. It must return promptly
+	// and must not use the Client, which is not connected until it returns.
+	OnConnect func(Info)
 
 	// controlLane bounds queued consumes, releases and cancels [4096];
 	// overflowing it closes the connection rather than drop one. Tests
@@ -268,6 +275,9 @@ func connect(ctx context.Context, nc net.Conn, cfg Config, reconnects bool) (*co
 		Identity:      wire.Identity{ClientID: cfg.ClientID, ClientIncarnation: cfg.ClientIncarnation},
 		SelectedMajor: ok.SelectedMajor, SelectedMinor: ok.SelectedMinor,
 		ContractDigest: ok.ContractDigest, Limits: ok.Limits}
+	if cfg.OnConnect != nil {
+		cfg.OnConnect(c.info) // nothing is subscribed on c yet: nothing can be delivered before it returns
+	}
 	return c, nil
 }
 

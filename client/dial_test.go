@@ -425,3 +425,91 @@ func TestConnectStateAnnouncesTheEnd(t *testing.T) {
 		}
 	})
 }
+
+// OnConnect runs on every connection before the client restores anything
+// on it: while it runs on the new router, the consumer is not subscribed
+// there yet, so nothing published can reach it; once it returns, the
+// subscription is restored and delivers.
+func TestOnConnectRunsBeforeTheRestore(t *testing.T) {
+	for _, mode := range bustest.StoreModes {
+		for _, unix := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/unix=%v", mode, unix), func(t *testing.T) {
+				dir := t.TempDir()
+				bus := &inProcess{mode: mode, unix: unix, dir: dir, sroot: shmtest.Dir(t, "flybus-test-"), socket: filepath.Join(dir, "bus.sock")}
+				base := leakcheck.Goroutines()
+				defer leakcheck.WaitGoroutines(t, base)
+				bus.start(t)
+				defer bus.stop(t)
+				ctx := bustest.Ctx(t)
+				var mu sync.Mutex
+				var conns []wire.ConnID
+				entered, gate := make(chan struct{}, 2), make(chan struct{})
+				var release sync.Once
+				open := func() { release.Do(func() { close(gate) }) }
+				defer open() // a failure while the consumer is held still lets it go
+				cons, err := client.Dial(ctx, bus.dial, client.Config{ClientID: "cons", StoreRoot: bus.root(), Logger: quiet,
+					OnConnect: func(info client.Info) {
+						mu.Lock()
+						conns = append(conns, info.ConnectionID)
+						n := len(conns)
+						mu.Unlock()
+						entered <- struct{}{}
+						if n == 2 {
+							<-gate
+						}
+					}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer cons.Close()
+				wait := func() {
+					select {
+					case <-entered:
+					case <-ctx.Done():
+						t.Fatal("OnConnect did not run")
+					}
+				}
+				wait()
+				if mu.Lock(); len(conns) != 1 || conns[0] != cons.Info().ConnectionID {
+					t.Fatalf("first connection %v, the client's %v", conns, cons.Info().ConnectionID)
+				}
+				mu.Unlock()
+				prod, err := client.Dial(ctx, bus.dial, client.Config{ClientID: "prod", StoreRoot: bus.root(), Logger: quiet})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer prod.Close()
+				bustest.MustDeclare(t, prod, "t", wire.RetainNone)
+				s := bustest.MustSubscribe(t, ctx, cons, "t")
+
+				bus.stop(t)
+				bus.start(t)
+				wait() // the consumer is held in OnConnect on the new router
+				waitState(t, prod, client.Connected)
+				if rc, err := prod.Publish(ctx, "t", map[string]int{"n": 1}); err != nil || rc.Subscribers != 0 {
+					t.Fatalf("a publication while OnConnect runs reached %d subscribers (%v), want none", rc.Subscribers, err)
+				}
+				if st, _ := cons.State(); st != client.Reconnecting {
+					t.Fatalf("the consumer is %s while OnConnect runs", st)
+				}
+				open()
+				waitState(t, cons, client.Connected)
+				if rc, err := prod.Publish(ctx, "t", map[string]int{"n": 2}); err != nil || rc.Subscribers != 1 {
+					t.Fatalf("a publication after OnConnect reached %d subscribers (%v), want 1", rc.Subscribers, err)
+				}
+				m, err := s.Next(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(m.Payload) != `{"n":2}` {
+					t.Fatalf("got %s", m.Payload)
+				}
+				m.Close()
+				if mu.Lock(); len(conns) != 2 || conns[1] != cons.Info().ConnectionID {
+					t.Fatalf("connections %v, the client's %v", conns, cons.Info().ConnectionID)
+				}
+				mu.Unlock()
+			})
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -247,5 +248,48 @@ func TestTopAndStatsJSON(t *testing.T) {
 		if !regexp.MustCompile(re).MatchString(stdout) {
 			t.Errorf("top --once output lacks %s:\n%s", re, stdout)
 		}
+	}
+}
+
+// A live flybus top started before its router waits for it, and goes on
+// through the router's restart: one line per interval while it is down,
+// then views again.
+func TestTopWaitsAndOutlivesARestart(t *testing.T) {
+	serve := func(metrics string) *proc {
+		p := startFlybus(t, "serve", "--store", filepath.Join(t.TempDir(), "s"), "--log-format", "json",
+			"--metrics", metrics, "--open", "--listen", filepath.Join(shortDir(t), "bus.sock"))
+		p.ready(t)
+		return p
+	}
+	stop := func(p *proc) {
+		p.signal(t, syscall.SIGTERM)
+		if code := p.wait(t); code != 0 {
+			t.Fatalf("serve exited with %d", code)
+		}
+	}
+	first := serve("127.0.0.1:0")
+	addr := first.logValue(t, "metrics listening", "addr")
+	stop(first) // its address is free now, and top's router is not up
+
+	top := startFlybus(t, "top", "--metrics", addr, "--interval", "20ms")
+	views := func(s string) int { return strings.Count(s, "flybus top  "+addr) }
+	waiting := func(s string) int { return strings.Count(s, "(retrying every 20ms)") }
+	top.waitOutput(t, top.stdout, "top to wait for its router", func(s string) bool { return waiting(s) > 0 && views(s) == 0 })
+	second := serve(addr)
+	out := top.waitOutput(t, top.stdout, "a view of the router", func(s string) bool { return views(s) > 0 })
+	if !strings.Contains(out, "TOPIC") {
+		t.Fatalf("the first view lacks its tables:\n%s", out)
+	}
+	stop(second)
+	down := waiting(top.waitOutput(t, top.stdout, "top to see the router go", func(s string) bool {
+		return strings.LastIndex(s, "(retrying every") > strings.LastIndex(s, "flybus top  "+addr)
+	}))
+	serve(addr)
+	top.waitOutput(t, top.stdout, "a view of the restarted router", func(s string) bool {
+		return waiting(s) >= down && strings.LastIndex(s, "flybus top  "+addr) > strings.LastIndex(s, "(retrying every")
+	})
+	top.signal(t, syscall.SIGTERM)
+	if code := top.wait(t); code != 0 {
+		t.Fatalf("top exited with %d", code)
 	}
 }

@@ -48,7 +48,8 @@ func topCmdUsage() string {
 		"the oldest queued message's age), services (queued, in flight, calls, failed calls) and\n" +
 		"clients (owners of their budget, control lane, queued bytes, calls, traffic). On a\n" +
 		"terminal it redraws every interval and quits on q or Ctrl-C; otherwise it prints one\n" +
-		"view per interval, separated by a blank line.\n"
+		"view per interval, separated by a blank line. A router that is not up yet, or that\n" +
+		"restarts, is waited for, one line per interval saying so; --once fails at once instead.\n"
 	return usageText("flybus top --metrics ADDR [--once] [--interval D] [--rows N]",
 		"Watch a running router's topics, subscriptions, services and clients.", topFlags(&topOptions{}), notes,
 		walkExample("top"))
@@ -69,11 +70,11 @@ func runTop(c *command, args []string, stdout, stderr io.Writer) int {
 		return fetchDetails(ctx, addr)
 	}
 	prev, err := fetch()
-	if err != nil {
-		fmt.Fprintf(stderr, "flybus top: %v\n", err)
-		return exitFailure
-	}
 	if o.once {
+		if err != nil {
+			fmt.Fprintf(stderr, "flybus top: %v\n", err)
+			return exitFailure
+		}
 		time.Sleep(o.interval)
 		cur, err := fetch()
 		if err != nil {
@@ -82,6 +83,11 @@ func runTop(c *command, args []string, stdout, stderr io.Writer) int {
 		}
 		writeTop(stdout, addr, cur, prev, o.rows)
 		return exitOK
+	}
+	if err != nil {
+		// A live view waits for a router that is not up yet, as it waits
+		// for one that restarts.
+		fmt.Fprintf(stdout, "flybus top %s: %v (retrying every %v)\n", addr, err, o.interval)
 	}
 	return liveTop(stdout, stderr, addr, prev, fetch, o)
 }
@@ -120,6 +126,9 @@ func liveTop(stdout, stderr io.Writer, addr string, prev router.Details, fetch f
 		if err != nil {
 			fmt.Fprintf(&b, "flybus top %s: %v (retrying every %v)\n", addr, err, o.interval)
 		} else {
+			if prev.Taken.IsZero() {
+				prev = cur // the first view of a router: no rates yet
+			}
 			writeTop(&b, addr, cur, prev, o.rows)
 			prev = cur
 		}

@@ -49,7 +49,7 @@ A config (unknown keys are refused; durations are strings with a unit):
              "tls": {"ca": "/etc/flybus/ca.pem", "cert": "/etc/flybus/c.pem", "key": "/etc/flybus/c.key"},
              "maxReconnects": -1, "reconnectWait": "2s", "timeout": "5s"},
     "local": {"socket": "/tmp/flybus-bridge.sock", "clientId": "bridge",
-              "storeRoot": "/dev/shm/flybus", "reconnectWait": "500ms"},
+              "storeRoot": "/dev/shm/flybus"},
     "exports": [{"topic": "cam.frames", "subject": "site.cam.frames", "mode": "latest",
                  "stream": {"name": "CAM_FRAMES", "maxAge": "10m", "maxBytes": 2147483648}}],
     "imports": [{"subject": "site.agent.actions", "topic": "agent.actions", "retained": "latest", "mode": "bounded"}],
