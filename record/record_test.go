@@ -506,11 +506,40 @@ func TestPlayOptions(t *testing.T) {
 	if fmt.Sprint(got) != "[2 4 6]" {
 		t.Fatalf("played %v", got)
 	}
+	if st.Late.Count != 3 || st.Admitted.Count != 3 || st.Late.Max > st.Admitted.Max {
+		t.Fatalf("lateness %+v, admitted %+v for 3 paced publications", st.Late, st.Admitted)
+	}
 	// At speed 100, each 200 ms of recording takes at least 2 ms: the
 	// schedule starts after start, and no publication goes before its time.
 	for i := range times {
 		if d := times[i].Sub(start); d < time.Duration(i)*2*time.Millisecond {
 			t.Fatalf("publication %d came %v after the start", i, d)
 		}
+	}
+}
+
+// Lateness reads quantiles off 10 µs steps, and past 100 ms gives the
+// largest it saw.
+func TestLatenessQuantiles(t *testing.T) {
+	var l Lateness
+	if l.Quantile(0.99) != 0 {
+		t.Fatal("an empty lateness has a quantile")
+	}
+	for i := range 100 {
+		l.add(time.Duration(i) * time.Millisecond / 10) // 0, 0.1 ms, ... 9.9 ms
+	}
+	l.add(-time.Millisecond) // early counts as on time
+	if l.Count != 101 || l.Max != 9900*time.Microsecond {
+		t.Fatalf("%+v", l)
+	}
+	if q := l.Quantile(0.5); q != 4910*time.Microsecond && q != 5010*time.Microsecond {
+		t.Fatalf("p50 %v", q)
+	}
+	if q := l.Quantile(1); q != 9900*time.Microsecond {
+		t.Fatalf("p100 %v", q)
+	}
+	l.add(250 * time.Millisecond)
+	if q := l.Quantile(1); q != 250*time.Millisecond {
+		t.Fatalf("past the last step: %v", q)
 	}
 }

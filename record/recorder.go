@@ -93,6 +93,7 @@ type Recorder struct {
 	totals    map[string]*topicTotals
 	order     []string
 	retention map[string]wire.Retention
+	unknown   map[string]*client.Client // awaited topics whose retention is asked at their first publication
 	stats     Stats
 	closedB   int64 // bytes of finished parts
 	last      uint64
@@ -131,7 +132,7 @@ func Create(path string, opts Options) (*Recorder, error) {
 		opts.FlushInterval = time.Second
 	}
 	r := &Recorder{opts: opts, path: path, split: opts.SplitSize > 0 || opts.SplitDuration > 0,
-		retention: map[string]wire.Retention{}, base: time.Now()}
+		retention: map[string]wire.Retention{}, unknown: map[string]*client.Client{}, base: time.Now()}
 	if err := r.openPart(); err != nil {
 		return nil, err
 	}
@@ -227,10 +228,34 @@ func (r *Recorder) Subscribe(ctx context.Context, c *client.Client, topic string
 	if err != nil {
 		return nil, err
 	}
+	if sub.TopicIncarnation() == 0 {
+		// An awaited topic (AwaitTopic) is not declared yet: asking now
+		// would declare it. Its first publication proves it exists, and
+		// Record asks then.
+		r.mu.Lock()
+		r.unknown[topic] = c
+		r.mu.Unlock()
+		return sub, nil
+	}
 	if ret, err := TopicRetention(ctx, c, topic); err == nil {
 		r.SetRetention(topic, ret)
 	}
 	return sub, nil
+}
+
+// learnRetention asks for the retention of a topic Subscribe could not
+// ask about, once, at its first publication.
+func (r *Recorder) learnRetention(ctx context.Context, topic string) {
+	r.mu.Lock()
+	c := r.unknown[topic]
+	delete(r.unknown, topic)
+	r.mu.Unlock()
+	if c == nil {
+		return
+	}
+	if ret, err := TopicRetention(ctx, c, topic); err == nil {
+		r.SetRetention(topic, ret)
+	}
 }
 
 // TopicRetention finds out the retention of a declared topic. The bus has
@@ -303,6 +328,7 @@ func (r *Recorder) Run(ctx context.Context, subs ...*client.Subscription) error 
 // Record writes m: its payload and the bytes of each of its artifacts,
 // read through a view. The caller still closes m.
 func (r *Recorder) Record(ctx context.Context, m *client.Message) error {
+	r.learnRetention(ctx, m.Topic)
 	names := m.Attachments()
 	arts := make([]artifactInfo, len(names))
 	data := make([][]byte, len(names))

@@ -55,12 +55,15 @@ parts of a split recording, read in name order) to SOCKET, one stream with
 no gap at the joins, each at its recorded time after the first (scaled by
 --speed). Each artifact is allocated in the router's store, written there
 from the recording and sealed (with its recorded digest, which the router
-checks) before its publication. A topic that does not exist is declared
+checks) ahead of its publication's time, so that at that time only the
+publish is left. A topic that does not exist is declared
 with its recorded retention first. A publication refused BACKPRESSURE by a
 full bounded subscriber is offered again until admitted.
 
 Prints "playing FILES to SOCKET" to stderr, its progress (live on a
-terminal, every 10 s otherwise), and at the end what it published; exit 0.
+terminal, every 10 s otherwise), and at the end what it published and how far
+behind the recorded schedule it was sent and admitted (p50, p99, max);
+exit 0.
 Bad input (a truncated, corrupt or foreign file) stops it with the file and
 offset, exit 1; nothing of the publication at fault is published. SIGINT or
 SIGTERM stops it, exit 0.
@@ -168,6 +171,10 @@ func runPlay(c *command, args []string, stdout, stderr io.Writer) int {
 	}
 	if st.Backpressured > 0 {
 		fmt.Fprintf(stderr, ", %d sent again after BACKPRESSURE", st.Backpressured)
+	}
+	if l, a := st.Late, st.Admitted; l.Count > 0 {
+		fmt.Fprintf(stderr, "; behind the recorded schedule: sent p50 %v p99 %v max %v, admitted p50 %v p99 %v max %v",
+			l.Quantile(0.5), l.Quantile(0.99), l.Max.Round(time.Microsecond), a.Quantile(0.5), a.Quantile(0.99), a.Max.Round(time.Microsecond))
 	}
 	fmt.Fprintln(stderr)
 	if err != nil && ctx.Err() == nil {

@@ -60,8 +60,8 @@ func recordFlags(o *recordOptions) *flag.FlagSet {
 }
 
 func recordUsage() string {
-	notes := `Subscribes to every TOPIC (each must be declared) and writes each
-publication as it arrives: its payload, and the bytes of every artifact it
+	notes := `Subscribes to every TOPIC (one nobody has declared yet is waited for)
+and writes each publication as it arrives: its payload, and the bytes of every artifact it
 carries with their names and content types, tied to the topic, its sequence
 and incarnation, and the receive time. The file is standard MCAP (see
 docs/recording.md for its channels). Once subscribed, record prints
@@ -73,7 +73,8 @@ line every 10 s otherwise. SIGINT or SIGTERM, --count or --duration ends the
 recording with a complete file (summary and indexes written) and a last line
 saying what was recorded; exit 0. If the recorder dies instead, the file
 still reads up to its last complete chunk (chunks are finished at 4 MiB and
-every second).
+every second). A router that restarts is reconnected to, and the topics
+are subscribed again; the recording goes on in the same file.
 
 flybus record info FILE... [--json] describes recordings from their
 summaries: topics, counts, sizes, duration, rate, coalesced counts and
@@ -183,7 +184,10 @@ func runRecord(c *command, args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	setup, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	bus, id, err := connectTool(setup, socket, c.name, o.client, client.Config{StoreRoot: o.store, OpenAhead: true})
+	// A recorder outlives router restarts (it reconnects and subscribes
+	// again) and may start before its producers: a topic nobody has
+	// declared yet is waited for.
+	bus, id, err := dialTool(setup, socket, c.name, o.client, client.Config{StoreRoot: o.store, OpenAhead: true})
 	if err != nil {
 		return connectFailed(stderr, c.name, id, o.timeout, err)
 	}
@@ -196,7 +200,7 @@ func runRecord(c *command, args []string, stdout, stderr io.Writer) int {
 	}
 	var subs []*client.Subscription
 	for _, t := range topics {
-		var opts []client.SubscribeOption
+		opts := []client.SubscribeOption{client.AwaitTopic()}
 		if o.replay {
 			opts = append(opts, client.Replay())
 		}

@@ -59,7 +59,6 @@ func TestRecordAndPlayCheck(t *testing.T) {
 func TestRecordInfoPlay(t *testing.T) {
 	src := startOpenRouter(t)
 	src.declare(t, "cam.frames")
-	src.declare(t, "tel", "--retained", "latest")
 	dir := filepath.Join(t.TempDir(), "rec")
 	out := filepath.Join(dir, "run.mcap")
 	rec := startFlybus(t, "record", src.sock, "cam.frames", "tel", "-o", out, "--store", src.store, "--bounded",
@@ -68,6 +67,9 @@ func TestRecordInfoPlay(t *testing.T) {
 	if line := rec.stderr.String(); line != "recording cam.frames,tel to "+out+" (bounded, zstd)\n" {
 		t.Fatalf("record's first line %q", line)
 	}
+	// Any start order: tel is declared after the recorder subscribed, and
+	// its retention is learnt at its first publication.
+	src.declare(t, "tel", "--retained", "latest")
 	var frames [][]byte
 	for i := range 3 {
 		file, data := testFile(t, 200_000+i)
