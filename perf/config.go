@@ -32,9 +32,10 @@ type Config struct {
 	Fill Fill
 	// Embedded runs router.New in this process instead of `flybus serve`.
 	Embedded bool
-	// Flybus is the flybus executable for process mode. Empty: this
-	// executable if it is flybus, else a flybus beside it, else one built
-	// with `go build` into a temporary directory.
+	// Flybus is the flybus executable for process mode and for the
+	// recorder (Recorder). Empty: this executable if it is flybus, else a
+	// flybus beside it, else one built with `go build` into a temporary
+	// directory.
 	Flybus string
 	// Store is the store root. Empty: /dev/shm/flybus-perf-<pid>, removed
 	// afterwards. A given directory is created if missing and kept.
@@ -57,6 +58,12 @@ type Config struct {
 	// subscriber that never takes a message, and compares every agent's
 	// RPC p99 across them (see SideTraffic). It costs two more schedules.
 	StalledSubscriber bool
+	// Recorder adds, after the schedules (and the isolation passes), two
+	// passes of the one-agent schedule, the second with a `flybus record`
+	// process recording the frame topic in latest mode, and compares the
+	// consumers', the producer's and the agents' latencies across them
+	// (see RecorderComparison). It costs two more schedules.
+	Recorder bool
 	// SealWait has the producer wait for Seal's answer before it
 	// publishes; by default it seals with NoWait and publishes right
 	// behind it (one round trip for both), and the seal round trip is not
@@ -124,8 +131,8 @@ func (c Config) validate() error {
 	if c.Embedded && len(c.RouterEnv) > 0 {
 		errs = append(errs, errors.New("a router environment is for process mode; it makes no sense with embedded"))
 	}
-	if c.Embedded && c.Flybus != "" {
-		errs = append(errs, errors.New("a flybus binary is for process mode; it makes no sense with embedded"))
+	if c.Embedded && c.Flybus != "" && !c.Recorder {
+		errs = append(errs, errors.New("a flybus binary is for process mode or the recorder; it makes no sense with embedded alone"))
 	}
 	return errors.Join(errs...)
 }

@@ -33,6 +33,7 @@ type options struct {
 	cpuprofile string
 	nats       string
 	stalled    bool
+	recorder   bool
 	sealWait   bool
 	noAhead    bool
 	noOpen     bool
@@ -48,7 +49,7 @@ func flags(o *options) *flag.FlagSet {
 	fs.StringVar(&o.agents, "agents", "1,2,4", "the schedules: agent counts, comma-separated `LIST`")
 	fs.StringVar(&o.fill, "fill", "write", "how the producer fills a frame, `MODE` write (ArtifactWriter.Write) or map (ArtifactWriter.Bytes)")
 	fs.BoolVar(&o.embedded, "embedded", false, "run router.New in this process instead of a flybus serve process\n(the router's CPU then cannot be told apart from the clients')")
-	fs.StringVar(&o.flybus, "flybus", "", "the flybus executable `PATH` for process mode (default: this executable if it is\nflybus, else a flybus beside it, else one built with go build ./cmd/flybus into a temporary directory)")
+	fs.StringVar(&o.flybus, "flybus", "", "the flybus executable `PATH` for process mode and for --recorder (default: this executable if\nit is flybus, else a flybus beside it, else one built with go build ./cmd/flybus into a temporary\ndirectory)")
 	fs.StringVar(&o.store, "store", "", "store root `DIR`, created if missing (default /dev/shm/flybus-perf-<pid>, removed afterwards);\ntry a tmpfs mounted huge=within_size")
 	fs.StringVar(&o.storeMode, "store-mode", "pool", "the router's store `MODE`: pool (slots reused across generations; consumers\nkeep each slot mapped) or files (a file per frame)")
 	fs.StringVar(&o.json, "json", "", "also write every figure and raw histogram as JSON to `FILE`")
@@ -57,6 +58,10 @@ func flags(o *options) *flag.FlagSet {
 	fs.BoolVar(&o.stalled, "stalled-subscriber", false, fmt.Sprintf("after the schedules, run the one-agent schedule twice more with a side topic and\n"+
 		"publisher, the second time with a bounded subscriber (queue %d) that never takes a message, and\n"+
 		"compare every agent's RPC p99 (target: within %.1fx); adds two schedules to the run", stalledQueued, isolationLimit))
+	fs.BoolVar(&o.recorder, "recorder", false, fmt.Sprintf("after the schedules (and the isolation passes), run the one-agent schedule twice more, the\n"+
+		"second time with a flybus record process recording its frame topic (latest mode) to a file\n"+
+		"on the store's filesystem, and compare the consumers', producer's and agents' latency p50 and\n"+
+		"p99 (target: the fast consumers' frame latency p99 within %.1fx); adds two schedules to the run", recorderLimit))
 	fs.BoolVar(&o.sealWait, "seal-wait", false, "the producer waits for Seal's answer before it publishes (measures the seal round trip);\n"+
 		"default: Seal with NoWait and the publish right behind it, one round trip for both")
 	fs.BoolVar(&o.noAhead, "no-allocate-ahead", false, "the producer's Allocate makes its round trip every time\n(default: client.Config.AllocateAhead 1, a writer prepared in the background)")
@@ -190,7 +195,7 @@ func usageError(stderr io.Writer, msg string) int {
 // config turns the flags into a Config and checks it.
 func (o *options) config() (Config, error) {
 	cfg := Config{Seconds: o.seconds, Fill: Fill(o.fill), Embedded: o.embedded, Flybus: o.flybus,
-		Store: o.store, CPUProfile: o.cpuprofile, StalledSubscriber: o.stalled, SealWait: o.sealWait, NoAllocateAhead: o.noAhead, NoOpenAhead: o.noOpen,
+		Store: o.store, CPUProfile: o.cpuprofile, StalledSubscriber: o.stalled, Recorder: o.recorder, SealWait: o.sealWait, NoAllocateAhead: o.noAhead, NoOpenAhead: o.noOpen,
 		RouterEnv: o.routerEnv}
 	var err error
 	if cfg.StoreMode, err = store.ParseMode(o.storeMode); err != nil {

@@ -16,7 +16,7 @@ func TestMainHelp(t *testing.T) {
 		if !strings.HasPrefix(out.String(), "Usage: flybus perf") || errOut.Len() != 0 {
 			t.Fatalf("%s: stdout %q, stderr %q", arg, out.String(), errOut.String())
 		}
-		for _, flag := range []string{"--seconds", "--agents", "--fill", "--embedded", "--flybus", "--store", "--json", "--cpuprofile", "--stalled-subscriber"} {
+		for _, flag := range []string{"--seconds", "--agents", "--fill", "--embedded", "--flybus", "--store", "--json", "--cpuprofile", "--stalled-subscriber", "--recorder"} {
 			if !strings.Contains(out.String(), flag) {
 				t.Errorf("help does not describe %s", flag)
 			}
@@ -50,15 +50,20 @@ func TestMainUsageErrors(t *testing.T) {
 }
 
 func TestOptionsConfig(t *testing.T) {
-	o := &options{seconds: 2, agents: "1, 3", fill: "map", nats: "1=120.5,3=300", storeMode: "pool", stalled: true}
+	o := &options{seconds: 2, agents: "1, 3", fill: "map", nats: "1=120.5,3=300", storeMode: "pool", stalled: true, recorder: true}
 	cfg, err := o.config()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Seconds != 2 || len(cfg.Agents) != 2 || cfg.Agents[1] != 3 || cfg.Fill != FillMap || cfg.StoreMode != store.ModePool ||
-		!cfg.StalledSubscriber ||
+		!cfg.StalledSubscriber || !cfg.Recorder ||
 		cfg.NATSRouterCPUPerFrameUs[1] != 120.5 || cfg.NATSRouterCPUPerFrameUs[3] != 300 {
 		t.Fatalf("%+v", cfg)
+	}
+	// Embedded, a flybus executable is the recorder's.
+	rec := &options{seconds: 2, agents: "1", fill: "write", storeMode: "pool", embedded: true, flybus: "/bin/true", recorder: true}
+	if _, err := rec.config(); err != nil {
+		t.Errorf("--embedded --flybus with --recorder: %v", err)
 	}
 	if d := (Config{}).withDefaults(); d.Seconds != 5 || len(d.Agents) != 3 || d.Fill != FillWrite {
 		t.Fatalf("defaults %+v", d)

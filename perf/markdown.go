@@ -48,6 +48,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	r.writeSubscriptions(&b)
 	r.writeLatencies(&b)
 	r.writeIsolation(&b)
+	r.writeRecorder(&b)
 	r.writeErrors(&b)
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -368,17 +369,19 @@ func (r *Report) writeErrors(b *strings.Builder) {
 	for _, e := range r.Errors {
 		lines = append(lines, "- "+e)
 	}
-	for i, s := range r.allSchedules() {
-		name := agentsName(s.Agents)
-		if i >= len(r.Schedules) {
-			name = "isolation pass " + isolationPassName(s)
-		}
+	all := make([]namedPass, 0, len(r.Schedules))
+	for _, s := range r.Schedules {
+		all = append(all, namedPass{agentsName(s.Agents), s})
+	}
+	for i, p := range append(all, r.passes()...) {
+		name, s := p.name, p.s
 		for _, e := range s.Errors {
 			lines = append(lines, fmt.Sprintf("- %s: %s", name, e))
 		}
 		if more := s.ErrorCount - len(s.Errors); more > 0 {
 			lines = append(lines, fmt.Sprintf("- %s: and %d more", name, more))
 		}
+		// A schedule's drain shows in its figures; a pass's only here.
 		if !s.Drained && i >= len(r.Schedules) {
 			lines = append(lines, fmt.Sprintf("- %s: NOT drained", name))
 		}
@@ -480,6 +483,69 @@ func (r *Report) writeIsolation(b *strings.Builder) {
 	}
 	fmt.Fprintf(b, "| side publisher: publications admitted / refused (BACKPRESSURE) | %s | %s | |\n", side(iso.Without), side(iso.With))
 	fmt.Fprintf(b, "| frames produced (late) | %d (%d) | %d (%d) | |\n\n", iso.Without.Frames, iso.Without.Late, iso.With.Frames, iso.With.Late)
+}
+
+// writeRecorder renders the recorder comparison.
+func (r *Report) writeRecorder(b *strings.Builder) {
+	rc := r.Recorder
+	if rc == nil || rc.Without == nil || rc.With == nil {
+		return
+	}
+	fmt.Fprintf(b, "## A recorder beside the consumers (one agent, two passes)\n\n"+
+		"The one-agent schedule twice more, one pass after the other; in the second, a `flybus record` process records "+
+		"the frame topic in latest mode (its default), every frame's bytes included, to a file on the store's filesystem. "+
+		"It is started once the topic is declared and has said it is recording before the first frame; it is stopped "+
+		"with SIGTERM after the drain, and its file removed. Each cell: p50 / p99 in ms. Target: the fast consumers' "+
+		"frame latency p99 with the recorder within %.1fx of its p99 without it (the noise bound of the isolation "+
+		"comparison); the other rows are for comparison.\n\n"+
+		"| figure | without p50 / p99 | with p50 / p99 | with ÷ without, p50 / p99 |\n| --- | --- | --- | --- |\n",
+		recorderLimit)
+	for _, row := range rc.Rows {
+		cell := "—"
+		if row.Measured {
+			cell = fmt.Sprintf("%.2fx / %.2fx", row.P50Ratio, row.P99Ratio)
+			if row.Limit > 0 {
+				verdict := "NOT met"
+				if row.Met {
+					verdict = "met"
+				}
+				cell += fmt.Sprintf(": %s (p99 within %.1fx)", verdict, row.Limit)
+			}
+		} else if row.Limit > 0 {
+			cell = "NOT measured"
+		}
+		fmt.Fprintf(b, "| %s | %s / %s | %s / %s | %s |\n", row.Figure,
+			msText(time.Duration(row.WithoutP50Ns)), msText(time.Duration(row.WithoutP99Ns)),
+			msText(time.Duration(row.WithP50Ns)), msText(time.Duration(row.WithP99Ns)), cell)
+	}
+	w, rec := rc.With, rc.With.Recorder
+	recorded, cpu := "not run", "not run"
+	switch {
+	case rec == nil:
+	case !rec.Ready:
+		recorded, cpu = "did not start", "did not start"
+	default:
+		recorded = fmt.Sprintf("%d of %d", rec.Publications, w.Frames)
+		cpu = "not measured"
+		if rec.CPUErr == "" && w.Frames > 0 {
+			cpu = fmt.Sprintf("%.0f", rec.CPUPerFrameUs)
+		}
+	}
+	fmt.Fprintf(b, "| frames produced (late) | %d (%d) | %d (%d) | |\n", rc.Without.Frames, rc.Without.Late, w.Frames, w.Late)
+	fmt.Fprintf(b, "| recorder: publications recorded of frames produced | — | %s | |\n", recorded)
+	fmt.Fprintf(b, "| recorder: CPU per frame produced, µs (utime + stime, its start-up left out) | — | %s | |\n\n", cpu)
+	if rec != nil {
+		removed := "removed"
+		if !rec.Removed {
+			removed = "NOT removed"
+		}
+		ended := rec.Ended
+		if ended == "" {
+			ended = "still running"
+		}
+		fmt.Fprintf(b, "The recorder: `%s %s` (%s), ended: %s; its file held %s, %s.\n\n", rec.Binary,
+			strings.Join(rec.Args, " "), rec.Found, ended, mb(uint64(max(rec.FileBytes, 0))), removed)
+	}
 }
 
 // latencyRow is a figure that is a latency histogram of each schedule,

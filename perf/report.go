@@ -25,6 +25,8 @@ type Report struct {
 	Schedules   []*Schedule `json:"schedules"`
 	// Isolation is the stalled-subscriber comparison (Config.StalledSubscriber).
 	Isolation *Isolation `json:"isolation,omitempty"`
+	// Recorder is the recorder comparison (Config.Recorder).
+	Recorder *RecorderComparison `json:"recorder,omitempty"`
 	// Errors are failures outside any schedule (starting or stopping the
 	// router, for one).
 	Errors []string `json:"errors,omitempty"`
@@ -104,6 +106,9 @@ type Schedule struct {
 	FrameBudget FrameBudget `json:"frameLatencyBudget"`
 	// Side is the isolation passes' side traffic; nil in other schedules.
 	Side *SideTraffic `json:"sideTraffic,omitempty"`
+	// Recorder is the `flybus record` beside the consumers in the recorder
+	// comparison's second pass; nil in other schedules.
+	Recorder *RecorderRun `json:"recorder,omitempty"`
 
 	// Counter deltas over the schedule, from the router's stats.
 	Seals        uint64 `json:"seals"`
@@ -208,13 +213,35 @@ func (r *Report) Failed() bool {
 	return false
 }
 
-// allSchedules is every schedule the run measured, the isolation passes last.
+// allSchedules is every schedule the run measured, the comparisons'
+// passes last.
 func (r *Report) allSchedules() []*Schedule {
 	all := append([]*Schedule(nil), r.Schedules...)
-	if r.Isolation != nil {
-		all = append(all, r.Isolation.Without, r.Isolation.With)
+	for _, p := range r.passes() {
+		all = append(all, p.s)
 	}
 	return all
+}
+
+// namedPass is a comparison's pass, named for the report.
+type namedPass struct {
+	name string
+	s    *Schedule
+}
+
+// passes are the comparisons' passes, in the order they ran.
+func (r *Report) passes() []namedPass {
+	var out []namedPass
+	if iso := r.Isolation; iso != nil {
+		for _, s := range []*Schedule{iso.Without, iso.With} {
+			out = append(out, namedPass{"isolation pass " + isolationPassName(s), s})
+		}
+	}
+	if rc := r.Recorder; rc != nil {
+		out = append(out, namedPass{"recorder pass without the recorder", rc.Without},
+			namedPass{"recorder pass with the recorder", rc.With})
+	}
+	return out
 }
 
 // WriteJSON writes the report, raw histograms included, as indented JSON.

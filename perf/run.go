@@ -74,6 +74,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Errors = append(rep.Errors, "sampling cost: "+err.Error())
 	}
 
+	var recorder *recorderPlan
+	if cfg.Recorder {
+		prog.phase("finding flybus for the recorder")
+		if recorder, err = findRecorder(ctx, cfg, tmp, rep.Router); err != nil {
+			return rep, err
+		}
+	}
+
 	for i, n := range cfg.Agents {
 		if err := ctx.Err(); err != nil {
 			return rep, err
@@ -90,12 +98,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		judge(rep.Baselines, s, cfg)
 		rep.Schedules = append(rep.Schedules, s)
 	}
+	// The comparisons' passes: the one-agent schedule, numbered on after
+	// the schedules.
+	passEnv := scheduleEnv{host: host, sock: host.info().Socket, storeRoot: root, fill: cfg.Fill, path: pathOf(cfg),
+		seconds: cfg.Seconds, frame: frame, progress: prog, samplingCPU: rep.SamplingCPU}
+	next := len(cfg.Agents) + 1
 	if cfg.StalledSubscriber && ctx.Err() == nil {
-		env := scheduleEnv{host: host, sock: host.info().Socket, storeRoot: root, fill: cfg.Fill, path: pathOf(cfg),
-			seconds: cfg.Seconds, frame: frame, progress: prog, samplingCPU: rep.SamplingCPU}
-		if rep.Isolation = runIsolation(ctx, env, len(cfg.Agents)+1); rep.Isolation != nil {
+		if rep.Isolation = runIsolation(ctx, passEnv, next); rep.Isolation != nil {
 			judge(rep.Baselines, rep.Isolation.Without, cfg)
 			judge(rep.Baselines, rep.Isolation.With, cfg)
+		}
+		next += 2
+	}
+	if cfg.Recorder && ctx.Err() == nil {
+		if rep.Recorder = runRecorderPasses(ctx, passEnv, next, recorder); rep.Recorder != nil {
+			judge(rep.Baselines, rep.Recorder.Without, cfg)
+			judge(rep.Baselines, rep.Recorder.With, cfg)
 		}
 	}
 	return rep, ctx.Err()

@@ -35,6 +35,8 @@ type scheduleEnv struct {
 	label string
 	// side adds the isolation passes' side traffic; nil for none.
 	side *sidePlan
+	// recorder adds a `flybus record` of the frame topic; nil for none.
+	recorder *recorderPlan
 }
 
 // name is how progress lines call the schedule.
@@ -91,6 +93,16 @@ func runSchedule(ctx context.Context, env scheduleEnv, agents int) *Schedule {
 	if err != nil {
 		s.errs.Add("setup", err)
 		return s.out
+	}
+	// After the topic's declaration and before the first frame; stopped
+	// after the drain, before the clients close (defers run last first).
+	if env.recorder != nil {
+		rec, err := s.startRecorder(ctx)
+		if err != nil {
+			s.errs.Add("recorder", err)
+			return s.out
+		}
+		defer s.stopRecorder(rec)
 	}
 	for _, c := range s.cons {
 		wg.Go(func() { s.consume(loops, c) })

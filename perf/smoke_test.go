@@ -54,22 +54,7 @@ func smoke(t *testing.T, cfg Config) {
 	cfg.CPUProfile = filepath.Join(t.TempDir(), "router.pprof")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rep, err := Run(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var md, js bytes.Buffer
-	if err := rep.WriteMarkdown(&md); err != nil {
-		t.Fatal(err)
-	}
-	if err := rep.WriteJSON(&js); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if t.Failed() || testing.Verbose() {
-			t.Logf("report:\n%s", md.String())
-		}
-	}()
+	rep, md, _ := runReport(t, ctx, cfg) // rendering the JSON is checked too
 	if len(rep.Errors) > 0 {
 		t.Errorf("run errors: %v", rep.Errors)
 	}
@@ -154,10 +139,11 @@ func checkSmokeSchedule(t *testing.T, s *Schedule) {
 	}
 	// The router's own view of the same subscriptions: one each, and what
 	// it delivered is what the consumers saw (the last may still be in
-	// flight, so it delivered at least as many).
+	// flight, so it delivered at least as many). A recorder pass's
+	// recorder is checked on its own.
 	var frames []router.SubscriptionDetail
 	for _, sd := range s.Subscriptions {
-		if strings.HasPrefix(sd.Topic, "perf.frames.") {
+		if strings.HasPrefix(sd.Topic, "perf.frames.") && !strings.HasSuffix(sd.Client, "-recorder") {
 			frames = append(frames, sd)
 		}
 	}
@@ -210,4 +196,27 @@ func checkSmokeIsolation(t *testing.T, iso *Isolation) {
 // smokeStore is a store root on /dev/shm when there is one.
 func smokeStore(t testing.TB) string {
 	return shmtest.Dir(t, "flybus-perf-smoke-")
+}
+
+// runReport runs the harness and renders its report, which the test's log
+// shows when it fails (or runs verbose).
+func runReport(t *testing.T, ctx context.Context, cfg Config) (rep *Report, md, js *bytes.Buffer) {
+	t.Helper()
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, js = &bytes.Buffer{}, &bytes.Buffer{}
+	if err := rep.WriteMarkdown(md); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.WriteJSON(js); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() || testing.Verbose() {
+			t.Logf("report:\n%s", md.String())
+		}
+	})
+	return rep, md, js
 }

@@ -56,7 +56,7 @@ var sweepOnly = map[string]bool{"sweep": true, "sweep-sets": true, "sweep-consum
 
 // harnessOnly names the flags of the 60 Hz schedules that --sweep refuses.
 var harnessOnly = []string{"agents", "fill", "embedded", "cpuprofile", "nats-us-per-frame", "stalled-subscriber",
-	"seal-wait", "no-allocate-ahead", "no-open-ahead"}
+	"recorder", "seal-wait", "no-allocate-ahead", "no-open-ahead"}
 
 // sweepSeconds is a point's default length.
 const sweepSeconds = 3

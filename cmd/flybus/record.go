@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/flybus/flybus/client"
 	"github.com/flybus/flybus/internal/term"
 	"github.com/flybus/flybus/record"
@@ -39,6 +41,7 @@ type recordOptions struct {
 	compression     string
 	client          string
 	timeout         time.Duration
+	nice            int
 }
 
 func recordFlags(o *recordOptions) *flag.FlagSet {
@@ -54,6 +57,7 @@ func recordFlags(o *recordOptions) *flag.FlagSet {
 	set.Var(&o.splitSize, "split-size", "start a new part before one would grow past `BYTES` (512M, 2G; 0: never);\nthe parts of FILE.mcap are FILE-0001.mcap, FILE-0002.mcap, ...")
 	durationVar(set, &o.splitDuration, "split-duration", 0, "start a new part when the current one spans `D` (0: never)")
 	set.StringVar(&o.compression, "compression", "none", "compress chunks: `none` or zstd")
+	set.IntVar(&o.nice, "nice", 10, "lower the recorder's CPU priority by `N` (0 to 19), so that on a busy host the\nbus's consumers get the CPU first when a frame arrives (0: leave it)")
 	set.StringVar(&o.client, "client", "", clientFlagUsage)
 	durationVar(set, &o.timeout, "timeout", 10*time.Second, "give up connecting and subscribing after `D`")
 	return set
@@ -152,6 +156,8 @@ func (o *recordOptions) check(pos []string) (socket string, topics []string, err
 		return "", nil, errors.New("--latest and --bounded exclude each other")
 	case o.count < 0, o.duration < 0, o.splitDuration < 0:
 		return "", nil, errors.New("--count, --duration and --split-duration must not be negative")
+	case o.nice < 0 || o.nice > 19:
+		return "", nil, fmt.Errorf("--nice %d: want 0 to 19", o.nice)
 	case o.compression != "none" && o.compression != "zstd":
 		return "", nil, fmt.Errorf("--compression %q: want none or zstd", o.compression)
 	}
@@ -177,6 +183,9 @@ func runRecord(c *command, args []string, stdout, stderr io.Writer) int {
 	mode := "latest"
 	if o.bounded {
 		mode = "bounded"
+	}
+	if err := lowerPriority(o.nice); err != nil {
+		fmt.Fprintf(stderr, "flybus record: --nice %d: %v (recording at the usual priority)\n", o.nice, err)
 	}
 	// The signals end the recording; Run then returns and Close writes the
 	// summary, so an interrupted recording is a complete file.
@@ -369,4 +378,33 @@ func recBytes(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// lowerPriority raises the process's nice value by n. Linux keeps it per
+// thread, so every thread the runtime has started gets it; threads started
+// later inherit it from the thread that starts them.
+func lowerPriority(n int) error {
+	if n == 0 {
+		return nil
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		cur, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
+		if err != nil {
+			continue // the thread ended meanwhile
+		}
+		// The raw system call returns 20 - nice.
+		if err := unix.Setpriority(unix.PRIO_PROCESS, tid, min(20-cur+n, 19)); err != nil && err != unix.ESRCH {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

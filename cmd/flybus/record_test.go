@@ -159,3 +159,36 @@ func TestRecordInterrupted(t *testing.T) {
 		t.Fatalf("info of an interrupted recording: %+v %v", fi, err)
 	}
 }
+
+// The recorder lowers every thread's CPU priority by --nice, so that the
+// consumers beside it get the CPU first.
+func TestRecordNice(t *testing.T) {
+	src := startOpenRouter(t)
+	out := filepath.Join(t.TempDir(), "run.mcap")
+	rec := startFlybus(t, "record", src.sock, "t", "-o", out, "--nice", "7")
+	rec.waitOutput(t, rec.stderr, "the recording line", func(s string) bool { return strings.Contains(s, "recording ") })
+	pid := rec.cmd.Process.Pid
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			continue // ended meanwhile
+		}
+		// Fields after the command's closing parenthesis: state is the
+		// first, nice the 17th.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if f[16] != "7" {
+			t.Errorf("thread %s runs at nice %s, want 7", task.Name(), f[16])
+		}
+	}
+	rec.signal(t, syscall.SIGTERM)
+	if code := rec.wait(t); code != 0 {
+		t.Fatalf("record exit %d", code)
+	}
+	if _, stderr, code := runFlybus(t, "record", "s", "t", "-o", out, "--nice", "20"); code != exitUsage || !strings.Contains(stderr, "--nice 20: want 0 to 19") {
+		t.Fatalf("--nice 20: exit %d, %s", code, stderr)
+	}
+}

@@ -147,7 +147,7 @@ func benchEdge(b *testing.B, clients int) {
 	// readers do, so that neither side allocates a frame per read.
 	bufs := make([][]byte, clients)
 	for i := range bufs {
-		bufs[i] = make([]byte, 64<<10)
+		bufs[i] = make([]byte, benchFrame+64<<10) // whole frames per read, as the TCP readers take them
 	}
 	readFrame := func(c *websocket.Conn, buf []byte) error {
 		for {

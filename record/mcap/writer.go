@@ -320,9 +320,13 @@ func (w *Writer) raw(p []byte) {
 		if w.err != nil {
 			return
 		}
-		n, err := w.f.Write(p)
-		w.pos += int64(n)
-		w.err = err
+		for len(p) > 0 && w.err == nil {
+			k := min(len(p), writePiece)
+			n, err := w.f.Write(p[:k])
+			w.pos += int64(n)
+			w.err = err
+			p = p[k:]
+		}
 		return
 	}
 	w.buf = append(w.buf, p...)
@@ -331,6 +335,11 @@ func (w *Writer) raw(p []byte) {
 		w.flush()
 	}
 }
+
+// writePiece bounds one write of a long record: the kernel copies a
+// write whole before it lets another thread have the CPU, and consumers
+// beside a recorder of large frames should not wait for a frame's copy.
+const writePiece = 256 << 10
 
 func (w *Writer) flush() {
 	if w.err != nil || len(w.buf) == 0 {
