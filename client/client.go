@@ -112,8 +112,12 @@ type conn struct {
 	nc         net.Conn
 	info       Info
 	reconnects bool // its Client replaces it after a loss (Dial)
-	// The extensions the router granted at hello.
-	awaitTopic, presence bool
+	// The extensions the router granted at hello. With quietConsume the
+	// router answers no accepted consume, so none waits for an answer.
+	awaitTopic, presence, quietConsume bool
+	// minor is the version the router selected when older than this
+	// package's: every later envelope is written in it. Guarded by mu.
+	minor wire.Opt[uint32]
 
 	wmu  sync.Mutex // the write token: its holder encodes and writes
 	wbuf []byte     // the token holder's frame buffer
@@ -237,13 +241,17 @@ func connect(ctx context.Context, nc net.Conn, cfg Config, reconnects bool) (*co
 	var ok wire.HelloOK
 	err := c.do(ctx, request{op: wire.OpHello, body: &wire.Hello{ClientID: cfg.ClientID,
 		ClientIncarnation: cfg.ClientIncarnation, SupportedMajors: []uint32{wire.Major},
-		Extensions: []string{wire.ExtAwaitTopic, wire.ExtPresence}}, reply: &ok})
-	if err == nil && (ok.SelectedMajor != wire.Major || ok.SelectedMinor != wire.Minor) {
-		err = wire.NewError(wire.ErrVersionMismatch, 0, "router selected %d.%d", ok.SelectedMajor, ok.SelectedMinor)
+		Extensions: []string{wire.ExtAwaitTopic, wire.ExtPresence, wire.ExtQuietConsume}}, reply: &ok})
+	// A router of an older minor (1.1) answers in it: the client then
+	// speaks that minor, without what later minors add.
+	digest, known := wire.ContractDigestFor(ok.SelectedMinor)
+	if err == nil && (ok.SelectedMajor != wire.Major || !known) {
+		err = wire.NewError(wire.ErrVersionMismatch, 0, "router selected %d.%d; this client speaks %d.%d to %d.%d",
+			ok.SelectedMajor, ok.SelectedMinor, wire.Major, wire.OldestMinor, wire.Major, wire.Minor)
 	}
-	if err == nil && ok.ContractDigest != wire.ContractDigestValue() {
-		err = wire.NewError(wire.ErrVersionMismatch, 0, "router contract digest %s differs from ours %s",
-			ok.ContractDigest, wire.ContractDigest())
+	if err == nil && ok.ContractDigest != digest {
+		err = wire.NewError(wire.ErrVersionMismatch, 0, "router contract digest %s differs from ours %s for %d.%d",
+			ok.ContractDigest, digest, ok.SelectedMajor, ok.SelectedMinor)
 	}
 	if err == nil {
 		err = checkStoreRoot(cfg.StoreRoot, ok.StoreID)
@@ -263,12 +271,19 @@ func connect(ctx context.Context, nc net.Conn, cfg Config, reconnects bool) (*co
 		}
 		return nil, err
 	}
+	c.mu.Lock()
+	if ok.SelectedMinor != wire.Minor {
+		c.minor = wire.Some(ok.SelectedMinor)
+	}
+	c.mu.Unlock()
 	for _, e := range ok.Extensions {
 		switch e {
 		case wire.ExtAwaitTopic:
 			c.awaitTopic = true
 		case wire.ExtPresence:
 			c.presence = true
+		case wire.ExtQuietConsume:
+			c.quietConsume = true
 		}
 	}
 	c.info = Info{RouterID: ok.RouterID, ConnectionID: ok.ConnectionID, StoreID: ok.StoreID,
@@ -680,7 +695,11 @@ func (c *conn) takeFrames(buf []byte) ([]byte, error) {
 	for i := 0; i < len(c.consumes); i += wire.MaxBatch {
 		c.consumed.DeliveryIDs = c.consumes[i:min(i+wire.MaxBatch, len(c.consumes))]
 		c.consumeItem.op, c.consumeItem.body = wire.OpDeliveryConsumed, &c.consumed
-		buf = c.appendCommand(buf, &c.consumeItem)
+		if c.quietConsume {
+			buf = c.appendQuiet(buf, &c.consumeItem)
+		} else {
+			buf = c.appendCommand(buf, &c.consumeItem)
+		}
 	}
 	c.consumes = c.consumes[:0]
 	for i, it := range c.control {
@@ -705,12 +724,24 @@ func (c *conn) appendCommand(buf []byte, it *sendItem) []byte {
 		w = &waiter{op: it.op, orphaned: true} // fire-and-forget: nobody waits
 	}
 	c.waiters[c.nextMsg] = w
-	buf, err := wire.AppendFrame(buf, wire.Header{ID: c.nextMsg, Kind: wire.KindCommand, Op: it.op}, it.body, it.atts)
+	buf, err := wire.AppendFrame(buf, wire.Header{ID: c.nextMsg, Kind: wire.KindCommand, Op: it.op, Minor: c.minor}, it.body, it.atts)
 	if err != nil {
 		delete(c.waiters, c.nextMsg)
 		w.settle(err)
 	}
 	return buf
+}
+
+// appendQuiet encodes a command the router answers only when it refuses
+// it (a consume under quiet-consume): no waiter is registered, and a
+// refusal ends the connection (onReply). Called with c.mu held.
+func (c *conn) appendQuiet(buf []byte, it *sendItem) []byte {
+	c.nextMsg++
+	out, err := wire.AppendFrame(buf, wire.Header{ID: c.nextMsg, Kind: wire.KindCommand, Op: it.op, Minor: c.minor}, it.body, it.atts)
+	if err != nil {
+		return buf // a consume batch always encodes; nothing to settle
+	}
+	return out
 }
 
 // settle hands a waiter a result that is not the router's reply: the

@@ -188,8 +188,10 @@ func busErrorOf(t *testing.T, what string, err error) *wire.BusError {
 func TestConnectRefusesAnIncompatibleRouter(t *testing.T) {
 	edits := map[string]func(*wire.HelloOK){
 		"OtherContractDigest": func(h *wire.HelloOK) { h.ContractDigest[0] ^= 0xff },
-		"SelectedMinor2":      func(h *wire.HelloOK) { h.SelectedMinor = 2 },
-		"SelectedMajor2":      func(h *wire.HelloOK) { h.SelectedMajor = 2 },
+		"SelectedMinor3":      func(h *wire.HelloOK) { h.SelectedMinor = 3 },
+		// 1.1 is spoken, but with 1.1's digest, not 1.2's.
+		"SelectedMinor1With1.2Digest": func(h *wire.HelloOK) { h.SelectedMinor = 1 },
+		"SelectedMajor2":              func(h *wire.HelloOK) { h.SelectedMajor = 2 },
 	}
 	for name, edit := range edits {
 		t.Run(name, func(t *testing.T) {
@@ -363,9 +365,9 @@ func TestClientClosesOnRouterViolations(t *testing.T) {
 		"CommandFromTheRouter": func(f *fakeRouter, pw *fakePending) {
 			f.sendJSON(f.envelope(f.bus+100, wire.Header{Kind: wire.KindCommand, Op: wire.OpRPCCancel}, &wire.Cancel{CallID: 1}, nil))
 		},
-		"Minor1": func(f *fakeRouter, pw *fakePending) {
+		"Minor3": func(f *fakeRouter, pw *fakePending) {
 			env := f.envelope(0, wire.Header{Kind: wire.KindNotice, Op: wire.OpRouteRemoved}, routeRemoved, nil)
-			f.sendJSON(strings.Replace(env, `"minor":1`, `"minor":2`, 1))
+			f.sendJSON(strings.Replace(env, `"minor":2`, `"minor":3`, 1))
 		},
 		"UnknownNotice": func(f *fakeRouter, pw *fakePending) {
 			env := f.envelope(0, wire.Header{Kind: wire.KindNotice, Op: wire.OpRouteRemoved}, routeRemoved, nil)
@@ -490,5 +492,32 @@ func TestConsumesAreBatched(t *testing.T) {
 	<-done
 	if !errors.Is(c.Err(), ErrClosed) {
 		t.Fatalf("after Close: %v", c.Err())
+	}
+}
+
+// A router that speaks 1.1 answers the hello in 1.1 with 1.1's digest: the
+// client speaks 1.1 to it (its envelopes say minor 1) and asks nothing of
+// 1.2, so consumes wait for their answers as 1.1 has them.
+func TestConnectSpeaksAnOlderRouter(t *testing.T) {
+	noLeaks(t)
+	d11, _ := wire.ContractDigestFor(1)
+	c, f, err := connectFake(t, testCtx(t, 10*time.Second), func(f *fakeRouter, msg uint64) {
+		ok := goodHello()
+		ok.SelectedMinor, ok.ContractDigest, ok.Extensions = 1, d11, []string{wire.ExtAwaitTopic, wire.ExtPresence}
+		f.replyOK(msg, wire.OpHello, &ok)
+	})
+	if err != nil {
+		t.Fatalf("connect to a 1.1 router: %v", err)
+	}
+	if c.Info().SelectedMinor != 1 {
+		t.Fatalf("info %+v", c.Info())
+	}
+	go func() { _, _ = c.DeclareTopic(testCtx(t, 10*time.Second), "t", wire.RetainNone) }()
+	env := f.command(wire.OpTopicDeclare)
+	if env.Minor != 1 {
+		t.Fatalf("a command to a 1.1 router is written in minor %d", env.Minor)
+	}
+	if c.cur.quietConsume {
+		t.Fatal("quiet consumes on a 1.1 router")
 	}
 }

@@ -40,8 +40,11 @@ func (c *conn) readLoop() {
 }
 
 func (c *conn) dispatch(env *wire.Envelope) error {
-	if env.Major != wire.Major || env.Minor != wire.Minor {
-		return errors.New("router envelope is not version 1.0")
+	// A router writes the minor its hello reply selected, and the oldest
+	// minor before that (a full router's refusal).
+	if env.Major != wire.Major || env.Minor < wire.OldestMinor || env.Minor > wire.Minor {
+		return fmt.Errorf("router envelope is version %d.%d; this client speaks %d.%d to %d.%d",
+			env.Major, env.Minor, wire.Major, wire.OldestMinor, wire.Major, wire.Minor)
 	}
 	c.mu.Lock()
 	if c.anyBus && env.ID <= c.lastBus {
@@ -80,6 +83,15 @@ func (c *conn) onReply(env *wire.Envelope) error {
 		c.wakeWriter() // Close waits for the last reply
 	}
 	if w == nil {
+		if env.Op == wire.OpDeliveryConsumed && c.quietConsume {
+			// Only a refusal answers a quiet consume: the SDK consumed a
+			// delivery the router never issued, a bug worth the connection.
+			busErr, err := env.DecodeReply(c.discardFor(env.Op))
+			if busErr != nil {
+				err = busErr
+			}
+			return fmt.Errorf("the router refused a consume: %v", err)
+		}
 		return fmt.Errorf("reply to unknown command msg-%d", env.ReplyTo.V)
 	}
 	// The waiter has left the table, so a violation from here on must

@@ -274,10 +274,10 @@ func (k *core) handle(c *conn, env *wire.Envelope, decErr *wire.BusError) {
 		k.hello(c, env)
 		return
 	}
-	// A 1.0 client's envelopes say minor 0: 1.1 only adds what a
-	// connection asks for at hello, so both are accepted.
+	// A 1.0 client's envelopes say minor 0, a 1.1 client's 1: each minor
+	// only adds what a connection asks for at hello, so all are accepted.
 	if env.Major != wire.Major || env.Minor > wire.Minor {
-		k.violation(c, "envelopes after hello must be version 1.0 or 1.1")
+		k.violation(c, "envelopes after hello must be version 1.0 to 1.2")
 		return
 	}
 	if env.Op == wire.OpHello {
@@ -504,7 +504,12 @@ func (k *core) hello(c *conn, env *wire.Envelope) {
 		k.refuse(c, env, wire.NewError(code, 0, "%s", msg))
 		k.closeConn(c, code, msg)
 	}
-	ext, granted, dup := grantExtensions(h.Extensions)
+	// The hello is answered in the minor it was written in (1.0's as
+	// 1.1, as before 1.2), with that minor's contract digest: a client
+	// built against an older minor finds what it expects.
+	minor := max(env.Minor, wire.OldestMinor)
+	c.minor = wire.Some(minor) // its refusals too
+	ext, granted, dup := grantExtensions(h.Extensions, minor)
 	if dup != "" {
 		// A malformed body: refused, and the connection still waits for a hello.
 		k.refuse(c, env, wire.NewError(wire.ErrInvalidEnvelope, 0, "bus.hello: extension %q is listed twice", dup))
@@ -548,9 +553,10 @@ func (k *core) hello(c *conn, env *wire.Envelope) {
 	c.ident = wire.Identity{ClientID: h.ClientID, ClientIncarnation: h.ClientIncarnation}
 	c.grants = g
 	c.ext = ext
+	digest, _ := wire.ContractDigestFor(minor)
 	k.reply(c, env, &wire.HelloOK{
-		RouterID: k.routerID, ConnectionID: c.id, SelectedMajor: wire.Major, SelectedMinor: wire.Minor,
-		ContractDigest: wire.ContractDigestValue(), Limits: k.limits, Extensions: granted, StoreID: k.storeID,
+		RouterID: k.routerID, ConnectionID: c.id, SelectedMajor: wire.Major, SelectedMinor: minor,
+		ContractDigest: digest, Limits: k.limits, Extensions: granted, StoreID: k.storeID,
 	})
 }
 
@@ -558,11 +564,13 @@ func (k *core) hello(c *conn, env *wire.Envelope) {
 const (
 	extAwaitTopic uint8 = 1 << iota
 	extPresence
+	extQuietConsume
 )
 
-// grantExtensions grants the extensions of a hello this router knows, in
-// the hello's order, ignoring the others; dup names one listed twice.
-func grantExtensions(asked []string) (ext uint8, granted []string, dup string) {
+// grantExtensions grants the extensions of a hello this router knows and
+// the hello's minor defines, in the hello's order, ignoring the others;
+// dup names one listed twice.
+func grantExtensions(asked []string, minor uint32) (ext uint8, granted []string, dup string) {
 	granted = []string{}
 	for i, name := range asked {
 		if slices.Contains(asked[:i], name) {
@@ -574,6 +582,11 @@ func grantExtensions(asked []string) (ext uint8, granted []string, dup string) {
 			bit = extAwaitTopic
 		case wire.ExtPresence:
 			bit = extPresence
+		case wire.ExtQuietConsume:
+			if minor < 2 {
+				continue // not in the contract the client speaks
+			}
+			bit = extQuietConsume
 		default:
 			continue
 		}

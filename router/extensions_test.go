@@ -110,7 +110,7 @@ func TestHelloNegotiatesExtensions(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		old := newRaw(t, h.conn(""))
 		ok := old.helloWith("old")
-		if len(ok.Extensions) != 0 || ok.SelectedMajor != 1 || ok.SelectedMinor != 1 || ok.StoreID != h.r.StoreID() {
+		if len(ok.Extensions) != 0 || ok.SelectedMajor != 1 || ok.SelectedMinor != wire.Minor || ok.StoreID != h.r.StoreID() {
 			t.Fatalf("hello without extensions: %+v", ok)
 		}
 		if fi, err := os.Stat(filepath.Join(h.root, ok.StoreID.String())); err != nil || !fi.IsDir() {
@@ -123,7 +123,7 @@ func TestHelloNegotiatesExtensions(t *testing.T) {
 		if be := old.reply(&d); be != nil || !d.Declared {
 			t.Fatalf("a 1.0 envelope after hello: %v %+v", be, d)
 		}
-		old.sendBytes(frameOf(`{"protocol":"flybus","major":1,"minor":2,"id":"msg-6","replyTo":null,"kind":"command","op":"topic.clear","body":{"name":"t.v10"},"attachments":[]}`))
+		old.sendBytes(frameOf(`{"protocol":"flybus","major":1,"minor":3,"id":"msg-6","replyTo":null,"kind":"command","op":"topic.clear","body":{"name":"t.v10"},"attachments":[]}`))
 		old.expectClosed(wire.ErrInvalidEnvelope)
 
 		r := newRaw(t, h.conn(""))
@@ -352,6 +352,101 @@ func TestAwaitTopicChecksGrants(t *testing.T) {
 		r.ok(wire.OpSubscribe, awaitSub("allowed"), &ok)
 		if ok.TopicIncarnation.Valid || h.r.Stats().Subscriptions != 1 {
 			t.Fatalf("awaiting an allowed topic: %+v", ok)
+		}
+	})
+}
+
+// commandIn sends a command written in minor m.
+func (r *raw) commandIn(m uint32, op wire.Op, body wire.Body) {
+	r.t.Helper()
+	r.id++
+	b, err := wire.AppendFrame(nil, wire.Header{ID: r.id, Kind: wire.KindCommand, Op: op, Minor: wire.Some(m)}, body, nil)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.sendBytes(b)
+}
+
+// Row 5.2: a hello is answered in the minor it was written in, with that
+// minor's contract digest, and every later envelope to the connection is
+// written in it: a client built against 1.1 (or 1.0) finds the version and
+// digest it checks. A 1.1 hello is not granted 1.2's quiet-consume.
+func TestHelloAnswersInTheClientsMinor(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		d11, _ := wire.ContractDigestFor(1)
+		for _, m := range []uint32{0, 1, 2} {
+			r := newRaw(t, h.conn(""))
+			id := fmt.Sprintf("minor%d", m)
+			r.commandIn(m, wire.OpHello, &wire.Hello{ClientID: id, ClientIncarnation: "inc-" + id, SupportedMajors: []uint32{1},
+				Extensions: []string{wire.ExtPresence, wire.ExtQuietConsume}})
+			var ok wire.HelloOK
+			if be := r.reply(&ok); be != nil {
+				t.Fatalf("minor %d: %v", m, be)
+			}
+			want, digest, exts := uint32(1), d11, "[presence]"
+			if m == 2 {
+				want, digest, exts = 2, wire.ContractDigestValue(), "[presence quiet-consume]"
+			}
+			if r.env.Minor != want || ok.SelectedMinor != want || ok.ContractDigest != digest || fmt.Sprint(ok.Extensions) != exts {
+				t.Fatalf("hello in minor %d: envelope minor %d, %+v", m, r.env.Minor, ok)
+			}
+			r.commandIn(m, wire.OpTopicDeclare, &wire.Declare{Name: "t." + id, Retained: wire.RetainNone})
+			if be := r.reply(&wire.DeclareOK{}); be != nil || r.env.Minor != want {
+				t.Fatalf("minor %d: declare %v in an envelope of minor %d", m, be, r.env.Minor)
+			}
+		}
+	})
+}
+
+// Row 15.3: with quiet-consume, an accepted delivery.consumed has no
+// reply (the next frame answers the next command) and still returns the
+// credit (the next message is delivered); a refused one is answered with
+// its error. Without it, consumed is answered as in 1.1.
+func TestQuietConsume(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		pub := h.dial("pub")
+		for _, quiet := range []bool{true, false} {
+			r := newRaw(t, h.conn(""))
+			id := fmt.Sprintf("quiet-%v", quiet)
+			var exts []string
+			if quiet {
+				exts = []string{wire.ExtQuietConsume}
+			}
+			r.helloWith(id, exts...)
+			topic := "t." + id
+			r.command(wire.OpTopicDeclare, &wire.Declare{Name: topic, Retained: wire.RetainNone})
+			if be := r.reply(&wire.DeclareOK{}); be != nil {
+				t.Fatal(be)
+			}
+			r.command(wire.OpSubscribe, &wire.Subscribe{Topic: topic, Mode: wire.ModeLatest, MaxQueued: 1, MaxInFlight: 1})
+			if be := r.reply(&wire.SubscribeOK{}); be != nil {
+				t.Fatal(be)
+			}
+			var m wire.TopicMessage
+			for n := 1; n <= 2; n++ {
+				if _, err := pub.Publish(ctxT(t), topic, map[string]int{"n": n}); err != nil {
+					t.Fatal(err)
+				}
+				r.expect(wire.OpTopicMessage, &m)
+				r.command(wire.OpDeliveryConsumed, &wire.Consumed{DeliveryIDs: []wire.DeliveryID{m.DeliveryID}})
+				if !quiet {
+					var rel wire.Released
+					if be := r.reply(&rel); be != nil || rel.Released != 1 {
+						t.Fatalf("consumed without quiet-consume: %v %+v", be, rel)
+					}
+				}
+			}
+			// The next frame answers this command: nothing answered the
+			// quiet consumes before it.
+			r.command(wire.OpTopicClear, &wire.TopicName{Name: topic})
+			if be := r.reply(&wire.Cleared{}); be != nil || r.env.Op != wire.OpTopicClear {
+				t.Fatalf("quiet %v: %v, op %s", quiet, be, r.env.Op)
+			}
+			// A consume of a delivery never issued is refused, quiet or not.
+			r.command(wire.OpDeliveryConsumed, &wire.Consumed{DeliveryIDs: []wire.DeliveryID{m.DeliveryID + 100}})
+			if be := r.reply(&wire.Released{}); be == nil || be.Code != wire.ErrOwnerInvalid {
+				t.Fatalf("quiet %v: a consume of a delivery never issued: %v", quiet, be)
+			}
 		}
 	})
 }

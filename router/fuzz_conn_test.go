@@ -476,6 +476,8 @@ type frameChecker struct {
 	last     atomic.Uint64 // the last bus id read
 	progress chan struct{} // capacity 1: a frame was read
 	helloOK  bool
+	minor    wire.Opt[uint32] // the minor the hello selected
+	envMinor uint32           // the minor of the frame being checked
 	lastDlv  uint64
 	err      error // the first violation; read after readAll returned
 }
@@ -520,9 +522,13 @@ func (k *frameChecker) check(frame []byte, dec *wire.Decoder, env *wire.Envelope
 			return fmt.Errorf("refused by the strict decoder: %v", err)
 		}
 	}
-	if env.Major != wire.Major || env.Minor != wire.Minor {
-		return fmt.Errorf("version %d.%d", env.Major, env.Minor)
+	// Every envelope is written in the minor the hello selected; before
+	// it, in one this major's clients read.
+	if env.Major != wire.Major || env.Minor < wire.OldestMinor || env.Minor > wire.Minor ||
+		k.minor.Valid && env.Minor != k.minor.V {
+		return fmt.Errorf("version %d.%d (the hello selected %v)", env.Major, env.Minor, k.minor)
 	}
+	k.envMinor = env.Minor
 	if want := k.last.Load() + 1; env.ID != want {
 		return fmt.Errorf("bus-%d where bus-%d was due", env.ID, want)
 	}
@@ -579,11 +585,12 @@ func (k *frameChecker) reply(env *wire.Envelope) error {
 		return errors.New("a command of unknown op was accepted")
 	case op == wire.OpHello && be == nil:
 		h := v.(*wire.HelloOK)
-		if h.RouterID != fuzzTag || h.SelectedMajor != wire.Major || h.SelectedMinor != wire.Minor ||
-			h.ContractDigest != wire.ContractDigestValue() || h.Limits != fuzzLimits() {
+		digest, known := wire.ContractDigestFor(h.SelectedMinor)
+		if h.RouterID != fuzzTag || h.SelectedMajor != wire.Major || !known || h.SelectedMinor != k.envMinor ||
+			h.ContractDigest != digest || h.Limits != fuzzLimits() {
 			return fmt.Errorf("hello reply %+v", h)
 		}
-		k.helloOK = true
+		k.helloOK, k.minor = true, wire.Some(h.SelectedMinor)
 	}
 	return nil
 }

@@ -29,13 +29,14 @@ type conn struct {
 	helloDone bool
 	ident     wire.Identity
 	grants    Grants
-	ext       uint8 // the extensions granted at hello (extAwaitTopic, extPresence)
+	ext       uint8 // the extensions granted at hello (extAwaitTopic, extPresence, extQuietConsume)
 	anyCmd    bool
 	lastCmd   uint64
 	anyCall   bool
 	callWM    wire.CallID
-	dlvNext   uint64 // next delivery serial; everything below was issued
-	busNext   uint64 // next router envelope serial
+	dlvNext   uint64           // next delivery serial; everything below was issued
+	busNext   uint64           // next router envelope serial
+	minor     wire.Opt[uint32] // selected at hello: every envelope to the connection is written in it
 
 	closing    bool // no further input is processed; the writer ends after the control lane
 	overflowed bool // the control lane overflowed: closed when the step settles
@@ -204,6 +205,7 @@ func (k *core) pull(c *conn, dst []frame) []frame {
 			break
 		}
 		f.hdr.ID = c.busNext
+		f.hdr.Minor = c.minor
 		c.busNext++
 		dst = append(dst, f)
 		if f.closeAfter {

@@ -176,7 +176,10 @@ func writeRefusal(nc net.Conn, err error) {
 	if errors.As(err, &be) {
 		cc.Code, cc.Message = be.Code, be.Message
 	}
-	b, err := wire.AppendFrame(nil, wire.Header{ID: 1, Kind: wire.KindNotice, Op: wire.OpConnectionClosing}, &cc, nil)
+	// Before hello the client's minor is unknown: the oldest is one every
+	// client of this major reads.
+	b, err := wire.AppendFrame(nil, wire.Header{ID: 1, Kind: wire.KindNotice, Op: wire.OpConnectionClosing,
+		Minor: wire.Some[uint32](wire.OldestMinor)}, &cc, nil)
 	if err != nil {
 		return
 	}

@@ -318,6 +318,15 @@ func (k *core) opConsumed(c *conn, env *wire.Envelope, b *wire.Consumed) *wire.B
 			n++
 		}
 	}
+	if c.ext&extQuietConsume != 0 {
+		// Accepted: no reply (extension quiet-consume). A reply's push is
+		// what woke the writer for whatever the freed credit lets through
+		// (a service's next request, say), so wake it here instead.
+		if n > 0 {
+			k.markDirty(c)
+		}
+		return nil
+	}
 	k.scratch.released = wire.Released{Released: n}
 	k.reply(c, env, &k.scratch.released)
 	return nil

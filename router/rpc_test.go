@@ -25,7 +25,7 @@ func TestHelloReportsSession(t *testing.T) {
 		if info.RouterID != h.r.RouterID() || info.ContractDigest != wire.ContractDigestValue() {
 			t.Fatalf("info %+v", info)
 		}
-		if info.SelectedMajor != 1 || info.SelectedMinor != 1 || info.Limits != wire.DefaultLimits() {
+		if info.SelectedMajor != 1 || info.SelectedMinor != wire.Minor || info.Limits != wire.DefaultLimits() {
 			t.Fatalf("negotiated %d.%d limits %+v", info.SelectedMajor, info.SelectedMinor, info.Limits)
 		}
 		if info.ConnectionID == 0 || info.Identity.ClientID != "observer" {

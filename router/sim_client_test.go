@@ -54,6 +54,8 @@ type simSession struct {
 	// The extensions the hello asked for, and those granted.
 	asked              []string
 	awaitExt, presence bool
+	quiet              bool       // quiet-consume: an accepted consume has no reply
+	quietQ             []simQuiet // quiet consumes sent, in order, not yet taken as done
 }
 
 type simCall struct {
@@ -187,6 +189,7 @@ func (s *sim) onReply(ss *simSession, env *wire.Envelope) {
 		return
 	}
 	delete(ss.pending, id)
+	defer s.applyQuiet(ss) // quiet consumes sent after this command take effect now
 	if env.Op != cmd.op {
 		s.fail("frames", "%s: msg-%d was %s, its reply says %s", ss.name, id, cmd.op, env.Op)
 	}
@@ -230,6 +233,7 @@ func (s *sim) onReply(ss *simSession, env *wire.Envelope) {
 			}
 			ss.awaitExt = slices.Contains(ok.Extensions, wire.ExtAwaitTopic)
 			ss.presence = slices.Contains(ok.Extensions, wire.ExtPresence)
+			ss.quiet = slices.Contains(ok.Extensions, wire.ExtQuietConsume)
 			ss.ready = true
 		}
 	case wire.OpServiceRegister:
@@ -384,15 +388,21 @@ func (s *sim) onCancel(ss *simSession, cmd *simCmd, be *wire.BusError, ok *wire.
 func (s *sim) onConsumed(ss *simSession, cmd *simCmd, be *wire.BusError, ok *wire.Released) {
 	held := func(d wire.DeliveryID) (wire.DeliveryID, bool) { return d, ss.dlvs[d] != nil }
 	for _, d := range simOnGiveBack(s, ss, cmd, be, ok, cmd.dlvs, ss.consuming, held) {
-		dv := ss.dlvs[d]
-		delete(ss.dlvs, d)
-		ss.retire(d)
-		if dv.op == wire.OpRPCResult {
-			if cl := ss.calls[dv.call]; cl == nil || !cl.resultSeen {
-				s.fail("client-view", "%s: consumed the result of %s, which the client does not await", ss.name, dv.call)
-			}
-			delete(ss.calls, dv.call)
+		s.consumedQuietly(ss, d)
+	}
+}
+
+// consumedQuietly forgets a delivery the client consumed, as the client
+// does once the consume is accepted (or, under quiet-consume, sent).
+func (s *sim) consumedQuietly(ss *simSession, d wire.DeliveryID) {
+	dv := ss.dlvs[d]
+	delete(ss.dlvs, d)
+	ss.retire(d)
+	if dv.op == wire.OpRPCResult {
+		if cl := ss.calls[dv.call]; cl == nil || !cl.resultSeen {
+			s.fail("client-view", "%s: consumed the result of %s, which the client does not await", ss.name, dv.call)
 		}
+		delete(ss.calls, dv.call)
 	}
 }
 

@@ -325,7 +325,44 @@ func (s *sim) opConsumed(ss *simSession) bool {
 	}
 	cmd.dlvs = ids
 	simSendGiveBack(s, ss, wire.OpDeliveryConsumed, &wire.Consumed{DeliveryIDs: ids}, ids, ss.consuming, cmd)
+	if ss.quiet && !cmd.mustFail {
+		// Under quiet-consume only a refusal answers, and a consume of
+		// issued ids is never refused: the client takes it as done where
+		// its reply would have come, after the replies to what it sent
+		// before, and checkView holds the core to it.
+		delete(ss.pending, ss.msg)
+		ss.quietQ = append(ss.quietQ, simQuiet{msg: ss.msg, dlvs: ids})
+		s.applyQuiet(ss)
+	}
 	return true
+}
+
+// simQuiet is a consume sent under quiet-consume, not yet taken as done.
+type simQuiet struct {
+	msg  uint64
+	dlvs []wire.DeliveryID
+}
+
+// applyQuiet takes as done the quiet consumes no earlier command's reply
+// still precedes. Allocations and seals are left out: the router answers
+// them after the store's I/O, later than commands sent after them, and
+// their replies say nothing of deliveries or calls.
+func (s *sim) applyQuiet(ss *simSession) {
+	for len(ss.quietQ) > 0 {
+		q := ss.quietQ[0]
+		for id, cmd := range ss.pending {
+			if id < q.msg && cmd.op != wire.OpArtifactAllocate && cmd.op != wire.OpArtifactSeal {
+				return
+			}
+		}
+		ss.quietQ = ss.quietQ[1:]
+		simPending(q.dlvs, ss.consuming, -1)
+		for _, d := range q.dlvs {
+			if ss.dlvs[d] != nil {
+				s.consumedQuietly(ss, d)
+			}
+		}
+	}
 }
 
 // simSendGiveBack sends a command that gives back ids the client holds

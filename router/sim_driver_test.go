@@ -457,7 +457,8 @@ func (s *sim) sayHello() bool {
 		// Most sessions ask for the extensions, some for none (a 1.0
 		// client), some for one and a name this router does not know.
 		h.Extensions = [][]string{nil, {wire.ExtAwaitTopic}, {"x-later", wire.ExtPresence},
-			{wire.ExtAwaitTopic, wire.ExtPresence}, {wire.ExtPresence, wire.ExtAwaitTopic}}[s.rng.IntN(5)]
+			{wire.ExtAwaitTopic, wire.ExtPresence}, {wire.ExtPresence, wire.ExtAwaitTopic},
+			{wire.ExtQuietConsume}, {wire.ExtAwaitTopic, wire.ExtPresence, wire.ExtQuietConsume}}[s.rng.IntN(7)]
 		ss.asked = h.Extensions
 		s.logf("%s > bus.hello %s %s extensions=%v", ss.name, h.ClientID, h.ClientIncarnation, h.Extensions)
 		s.send(ss, wire.OpHello, h, nil, &simCmd{expectOK: true})

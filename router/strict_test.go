@@ -161,8 +161,8 @@ func TestViolationsAfterHelloClose(t *testing.T) {
 			r.command(wire.OpTopicClear, &wire.TopicName{Name: "x"})
 		},
 		"WrongMinor": func(r *raw) {
-			// 1.0 and 1.1 are accepted after hello; a later minor is not.
-			r.sendBytes(frameOf(`{"protocol":"flybus","major":1,"minor":2,"id":"msg-9","replyTo":null,"kind":"command","op":"topic.clear","body":{"name":"x"},"attachments":[]}`))
+			// 1.0 to 1.2 are accepted after hello; a later minor is not.
+			r.sendBytes(frameOf(`{"protocol":"flybus","major":1,"minor":3,"id":"msg-9","replyTo":null,"kind":"command","op":"topic.clear","body":{"name":"x"},"attachments":[]}`))
 		},
 	}
 	for name, fn := range cases {

@@ -190,3 +190,27 @@ func TestContractDigest(t *testing.T) {
 		t.Fatalf("digest %q does not parse", d)
 	}
 }
+
+// The frozen 1.1 contract is the one 1.1 clients were built against: its
+// digest is the one they check, and 1.2 adds to it only the quiet-consume
+// extension.
+func TestOlderContracts(t *testing.T) {
+	d, ok := ContractDigestFor(1)
+	if !ok || d.String() != "faf9569adaf2b31f0360163faba1660a22d8ad305f13e368a39fde7db8d30eeb" {
+		t.Fatalf("1.1 digest %s (%v)", d, ok)
+	}
+	old, _ := ContractFor(1)
+	want := strings.Replace(strings.Replace(old, "contract 1.1", "contract 1.2", 1),
+		"extension presence subscription.publishers\n", "extension presence subscription.publishers\nextension quiet-consume\n", 1)
+	if want != Contract {
+		t.Fatal("1.2's contract is not 1.1's with the quiet-consume extension")
+	}
+	if d, ok := ContractDigestFor(Minor); !ok || d != ContractDigestValue() {
+		t.Fatal("the current minor's digest")
+	}
+	for _, m := range []uint32{0, Minor + 1} {
+		if _, ok := ContractDigestFor(m); ok {
+			t.Errorf("minor %d has a contract", m)
+		}
+	}
+}

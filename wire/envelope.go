@@ -9,7 +9,7 @@ import (
 const (
 	ProtocolName     = "flybus"
 	Major            = 1
-	Minor            = 1
+	Minor            = 2
 	MaxEnvelopeBytes = 65536
 	MaxAttachments   = 32
 	MaxBatch         = 64
@@ -169,6 +169,9 @@ type Header struct {
 	ReplyTo Opt[MsgID]
 	Kind    EnvKind
 	Op      Op
+	// Minor is the version written in the envelope: a router writes the
+	// minor each connection selected. Unset: this package's Minor.
+	Minor Opt[uint32]
 }
 
 // Header returns the envelope's header.
@@ -353,7 +356,13 @@ var envelopeHead = `{"protocol":"flybus","major":` + strconv.Itoa(Major) + `,"mi
 
 // AppendEnvelope appends the JSON of one envelope (no length prefix).
 func AppendEnvelope(b []byte, h Header, body Body, atts []Attachment) []byte {
-	b = append(b, envelopeHead...)
+	if h.Minor.Valid && h.Minor.V != Minor {
+		b = append(b, `{"protocol":"flybus","major":`+strconv.Itoa(Major)+`,"minor":`...)
+		b = strconv.AppendUint(b, uint64(h.Minor.V), 10)
+		b = append(b, `,"id":`...)
+	} else {
+		b = append(b, envelopeHead...)
+	}
 	if h.Kind == KindCommand {
 		b = appendSerialStr(b, FamMsg, h.ID)
 	} else {

@@ -14,6 +14,11 @@ const (
 	// ExtPresence tells each subscription how many live publishers its
 	// topic has (subscription.publishers).
 	ExtPresence = "presence"
+	// ExtQuietConsume (1.2) answers an accepted delivery.consumed with
+	// nothing: the reply, which a client that consumes as it goes never
+	// waits for, is a write the router saves per delivery. A refused one
+	// is answered as before.
+	ExtQuietConsume = "quiet-consume"
 )
 
 // Extension says what one extension adds to the contract.
@@ -21,6 +26,7 @@ type Extension struct {
 	Name    string
 	Members []string // body members it adds, as "op.member"
 	Notices []Op     // notices it adds
+	Minor   uint32   // the minor version that added it (0: 1.1)
 }
 
 // Extensions lists every extension this package knows, in contract order.
@@ -28,10 +34,11 @@ func Extensions() []Extension {
 	return []Extension{
 		{Name: ExtAwaitTopic, Members: []string{"subscribe.awaitTopic"}, Notices: []Op{OpSubscriptionTopic}},
 		{Name: ExtPresence, Notices: []Op{OpSubscriptionPublishers}},
+		{Name: ExtQuietConsume, Minor: 2},
 	}
 }
 
 // KnownExtension reports whether name is an extension of this contract.
 func KnownExtension(name string) bool {
-	return name == ExtAwaitTopic || name == ExtPresence
+	return name == ExtAwaitTopic || name == ExtPresence || name == ExtQuietConsume
 }

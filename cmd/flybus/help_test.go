@@ -155,7 +155,7 @@ func TestVersion(t *testing.T) {
 	if code := run([]string{"version"}, &b, &errb); code != 0 || a.String() != b.String() {
 		t.Fatalf("version: exit %d, output differs from --version:\n%s\n%s", code, a.String(), b.String())
 	}
-	for _, want := range []string{"flybus ", "\nwire 1.1\n", "\ncontractDigest " + wire.ContractDigest() + "\n"} {
+	for _, want := range []string{"flybus ", "\nwire 1.2\n", "\ncontractDigest " + wire.ContractDigest() + "\n"} {
 		if !strings.Contains("\n"+a.String(), "\n"+strings.TrimPrefix(want, "\n")) {
 			t.Errorf("version output lacks %q:\n%s", want, a.String())
 		}

@@ -1,6 +1,8 @@
 // Regenerates src/contract.ts from the contract of the flybus built from
-// this repository (`flybus contract`, whose last line is the digest), so
-// that the client speaks the router's wire exactly. Run it after a change
+// this repository (`flybus contract --minor N`, whose last line is the
+// digest), so that the client speaks the router's wire exactly. N is the
+// minor this package speaks (FLYBUS_CONTRACT_MINOR, 1): a router answers a
+// client in the minor its hello was written in. Run it after a change
 // to wire/contract.go: `npm run contract` (FLYBUS_BIN to use a built binary).
 // The client's tests compare the two and fail until it has run.
 
@@ -10,9 +12,10 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const js = join(dirname(fileURLToPath(import.meta.url)), "..");
+const args = ["contract", "--minor", process.env.FLYBUS_CONTRACT_MINOR ?? "1"];
 const out = process.env.FLYBUS_BIN
-  ? execFileSync(process.env.FLYBUS_BIN, ["contract"], { encoding: "utf8" })
-  : execFileSync("go", ["run", "./cmd/flybus", "contract"], { cwd: join(js, ".."), encoding: "utf8" });
+  ? execFileSync(process.env.FLYBUS_BIN, args, { encoding: "utf8" })
+  : execFileSync("go", ["run", "./cmd/flybus", ...args], { cwd: join(js, ".."), encoding: "utf8" });
 const lines = out.split("\n");
 if (lines.pop() !== "" || !lines.at(-1).startsWith("contractDigest ")) throw new Error("unexpected output of flybus contract");
 lines.pop();
