@@ -16,6 +16,8 @@ import (
 
 // procStat is what the harness reads from /proc/PID/stat.
 type procStat struct {
+	MinFlt     uint64 // field 10
+	MajFlt     uint64 // field 12
 	UTimeTicks uint64 // field 14
 	STimeTicks uint64 // field 15
 	Threads    int    // field 20
@@ -36,6 +38,12 @@ func parseProcStat(b []byte) (procStat, error) {
 	}
 	var s procStat
 	var err error
+	if s.MinFlt, err = strconv.ParseUint(f[10-3], 10, 64); err != nil {
+		return procStat{}, fmt.Errorf("minflt: %w", err)
+	}
+	if s.MajFlt, err = strconv.ParseUint(f[12-3], 10, 64); err != nil {
+		return procStat{}, fmt.Errorf("majflt: %w", err)
+	}
 	if s.UTimeTicks, err = strconv.ParseUint(f[14-3], 10, 64); err != nil {
 		return procStat{}, fmt.Errorf("utime: %w", err)
 	}
@@ -66,6 +74,23 @@ func readProc[T any](pid int, name string, parse func([]byte) (T, error)) (T, er
 
 // readProcStat reads /proc/PID/stat.
 func readProcStat(pid int) (procStat, error) { return readProc(pid, "stat", parseProcStat) }
+
+// Faults counts a process's page faults: minor (the page was in memory
+// and only had to be mapped) and major (it had to be read in).
+type Faults struct {
+	Minor uint64 `json:"minor"`
+	Major uint64 `json:"major"`
+}
+
+// ProcessFaults reads a process's page faults so far from /proc/PID/stat
+// (minflt and majflt: every thread's, not its children's).
+func ProcessFaults(pid int) (Faults, error) {
+	s, err := readProcStat(pid)
+	if err != nil {
+		return Faults{}, err
+	}
+	return Faults{Minor: s.MinFlt, Major: s.MajFlt}, nil
+}
 
 // Memory is a process's resident set, in bytes, from /proc/PID/status.
 type Memory struct {

@@ -20,11 +20,27 @@ func TestParseProcStat(t *testing.T) {
 	}
 }
 
+func TestParseProcStatFaults(t *testing.T) {
+	// minflt 5678 (field 10), cminflt 91 (11), majflt 3 (12), cmajflt 4
+	// (13), after a command name that holds ") (" and a closing ')'.
+	line := "77 (flybus (x) ) serve) R 1 77 77 0 -1 4194304 5678 91 3 4 120 40 0 0 20 0 9 0 555 2000000 1500 " +
+		"18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n"
+	s, err := parseProcStat([]byte(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.MinFlt != 5678 || s.MajFlt != 3 || s.UTimeTicks != 120 || s.STimeTicks != 40 || s.Threads != 9 {
+		t.Fatalf("parsed %+v, want minflt 5678, majflt 3, utime 120, stime 40, 9 threads", s)
+	}
+}
+
 func TestParseProcStatRefusesGarbage(t *testing.T) {
 	for name, line := range map[string]string{
 		"NoParen":   "4242 a S 1 2 3",
 		"TooShort":  "4242 (a) S 1 2 3",
 		"NotNumber": "1 (a) S 1 1 1 0 -1 0 0 0 0 0 x 31 0 0 20 0 7 0 1",
+		"BadMinFlt": "1 (a) S 1 1 1 0 -1 0 -5 0 0 0 2 31 0 0 20 0 7 0 1",
+		"BadMajFlt": "1 (a) S 1 1 1 0 -1 0 5 0 y 0 2 31 0 0 20 0 7 0 1",
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := parseProcStat([]byte(line)); err == nil {
@@ -91,5 +107,8 @@ func TestThisProcess(t *testing.T) {
 	}
 	if _, err := ProcessCPU(os.Getpid()); err != nil {
 		t.Fatal(err)
+	}
+	if f, err := ProcessFaults(os.Getpid()); err != nil || f.Minor == 0 {
+		t.Fatalf("faults %+v %v: a running Go process has faulted pages in", f, err)
 	}
 }

@@ -165,9 +165,46 @@ type PointResult struct {
 	Latency Latency `json:"latency"`
 	// RoundTrip is the publisher's wait per message (pub/sub: flybus's
 	// publish answered, NATS's publish and flush); empty elsewhere.
-	RoundTrip  Latency  `json:"roundTrip"`
-	ErrorCount int      `json:"errorCount"`
-	Errors     []string `json:"errors,omitempty"`
+	RoundTrip Latency `json:"roundTrip"`
+	// Fill and Touch (flybus frames points only): the producer's write of
+	// a frame's bytes, without allocate, seal or publish; a consumer's
+	// read of every line of its view, from having the view.
+	Fill  Latency `json:"fill,omitzero"`
+	Touch Latency `json:"touch,omitzero"`
+	// Faults (flybus frames points only): page faults over WallNs.
+	Faults     *PointFaults `json:"pageFaults,omitempty"`
+	ErrorCount int          `json:"errorCount"`
+	Errors     []string     `json:"errors,omitempty"`
+}
+
+// PointFaults are the page faults of the router process and of the
+// harness (the producer and the consumers) over a point's measured
+// interval, in all and per frame sent.
+type PointFaults struct {
+	Router  FaultRate `json:"router"`
+	Harness FaultRate `json:"harness"`
+	Err     string    `json:"error,omitempty"`
+}
+
+// FaultRate is a process's page faults over an interval and per frame.
+type FaultRate struct {
+	Faults
+	MinorPerFrame float64 `json:"minorPerFrame"`
+	MajorPerFrame float64 `json:"majorPerFrame"`
+}
+
+// faultsOver is the faults between two readings of one process, per
+// frame of sent.
+func faultsOver(before, after Faults, sent int) (FaultRate, error) {
+	if after.Minor < before.Minor || after.Major < before.Major {
+		return FaultRate{}, fmt.Errorf("page faults went down from %+v to %+v: not the same process", before, after)
+	}
+	r := FaultRate{Faults: Faults{Minor: after.Minor - before.Minor, Major: after.Major - before.Major}}
+	if sent > 0 {
+		r.MinorPerFrame = float64(r.Minor) / float64(sent)
+		r.MajorPerFrame = float64(r.Major) / float64(sent)
+	}
+	return r, nil
 }
 
 // PerSentUs is the mover's CPU per frame, message or call, in µs.

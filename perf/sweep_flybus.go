@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,9 @@ type flybusPoint struct {
 	point     SweepPoint
 	errs      ErrorLog
 	clients   []*client.Client
+	// fill and touch time each frame's write and each consumer's touch
+	// (frames points).
+	fill, touch *Hist
 }
 
 // runFlybusPoint measures p on the router; a setup failure is counted
@@ -85,6 +89,33 @@ func (f *flybusPoint) meterCPU(r *PointResult) func() {
 	}
 }
 
+// meterFaults reads the router's and this process's page faults at the
+// start of the measured interval; the returned function closes them into
+// r, per frame sent, so it runs once the producer is done.
+func (f *flybusPoint) meterFaults(r *PointResult) func() {
+	pid := f.host.info().PID
+	read := func() (router, harness Faults, err error) {
+		router, rerr := ProcessFaults(pid)
+		harness, herr := ProcessFaults(os.Getpid())
+		return router, harness, errors.Join(rerr, herr)
+	}
+	r0, h0, err0 := read()
+	return func() {
+		r1, h1, err1 := read()
+		if err := errors.Join(err0, err1); err != nil {
+			r.Faults = &PointFaults{Err: err.Error()}
+			return
+		}
+		router, rerr := faultsOver(r0, r1, r.Sent)
+		harness, herr := faultsOver(h0, h1, r.Sent)
+		if err := errors.Join(rerr, herr); err != nil {
+			r.Faults = &PointFaults{Err: err.Error()}
+			return
+		}
+		r.Faults = &PointFaults{Router: router, Harness: harness}
+	}
+}
+
 // sweepConsumer is one latest-mode subscriber of a frames point.
 type sweepConsumer struct {
 	sub       *client.Subscription
@@ -125,21 +156,24 @@ func (f *flybusPoint) frames(ctx context.Context, r *PointResult) error {
 		wg.Wait()
 	}()
 	delivery := newHist(p.planned() * p.Consumers)
+	f.fill, f.touch = newHist(p.planned()), newHist(p.planned()*p.Consumers)
 	for _, c := range cons {
 		wg.Go(func() { f.consumeFrames(loops, c, delivery) })
 	}
 
 	r.Planned = p.planned()
 	frame := PatternOf(p.FrameBytes)
+	faults := f.meterFaults(r)
 	done := f.meterCPU(r)
 	last := f.produceFrames(ctx, prod, topic, frame, r)
 	deadline := time.Now().Add(sweepDrainTimeout)
 	f.awaitConsumers(ctx, cons, last, deadline)
 	done()
+	faults()
 	// Checked after the interval: each look at the router's stats is a
 	// /metrics scrape, which costs the router CPU of its own.
 	f.awaitCollected(ctx, prod, deadline)
-	r.Latency = LatencyOf(delivery)
+	r.Latency, r.Fill, r.Touch = LatencyOf(delivery), LatencyOf(f.fill), LatencyOf(f.touch)
 	for _, c := range cons {
 		r.Deliveries += c.seen.Load()
 		r.Coalesced += c.coalesced.Load()
@@ -201,11 +235,13 @@ func (f *flybusPoint) frameOnce(ctx context.Context, prod *client.Client, topic 
 		return false
 	}
 	binary.LittleEndian.PutUint64(frame, uint64(seq))
+	start := time.Now()
 	if _, err := w.Write(frame); err != nil {
 		f.errs.Add("fill", err)
 		w.Close()
 		return false
 	}
+	f.fill.Add(time.Since(start))
 	a, err := w.Seal(ctx, client.NoWait())
 	if err != nil {
 		f.errs.Add("seal", err)
@@ -240,7 +276,7 @@ func (f *flybusPoint) consumeFrames(ctx context.Context, c *sweepConsumer, deliv
 		if err := m.Decode(&in); err != nil {
 			f.errs.Add("consumer payload", err)
 		}
-		if err := viewAndTouch(ctx, m, in.T, delivery); err != nil {
+		if err := viewAndTouch(ctx, m, in.T, delivery, f.touch); err != nil {
 			f.errs.Add("consumer view", err)
 		}
 		c.seen.Add(1)
@@ -251,8 +287,9 @@ func (f *flybusPoint) consumeFrames(ctx context.Context, c *sweepConsumer, deliv
 	}
 }
 
-// viewAndTouch reads every line of a message's frame and closes it all.
-func viewAndTouch(ctx context.Context, m *client.Message, sentNs int64, delivery *Hist) error {
+// viewAndTouch reads every line of a message's frame and closes it all;
+// touch gets the time from having the view to the last line read.
+func viewAndTouch(ctx context.Context, m *client.Message, sentNs int64, delivery, touch *Hist) error {
 	defer m.Close()
 	a, err := m.Artifact("frame")
 	if err != nil {
@@ -263,10 +300,16 @@ func viewAndTouch(ctx context.Context, m *client.Message, sentNs int64, delivery
 	if err != nil {
 		return err
 	}
+	start := time.Now()
 	b := v.Bytes()
 	sum := b[0]
-	delivery.Add(time.Duration(time.Now().UnixNano() - sentNs))
+	first := time.Now()
 	sum += Touch(b[min(len(b), TouchStride):])
+	end := time.Now()
+	// Recorded after the touch, so that it does not wait on the shared
+	// histograms' lock.
+	delivery.Add(time.Duration(first.UnixNano() - sentNs))
+	touch.Add(end.Sub(start))
 	sinkByte.Add(uint32(sum))
 	return v.Close()
 }

@@ -81,7 +81,8 @@ func sweepFlags(fs *flag.FlagSet, o *sweepOptions) {
 const sweepUsage = `Sweep (--sweep): how the cost grows. Each point runs on flybus (a router process) and then on
 an embedded NATS server (bench/compare), with baselines measured first, and reports router CPU
 per frame and per delivery, p50/p99 latency, frames coalesced or dropped, and whether the router
-kept up (the rate held, at most 1% of deliveries lost, p99 under one frame period). The sets:
+kept up (the rate held, at most 1% of deliveries lost, p99 under one frame period); for flybus
+also the producer's fill, the consumers' touch and page faults per frame. The sets:
   consumers  1, 4, 16, 64 consumers of 1,228,800-byte frames at 60 Hz
   rate       60, 240, 1,000 Hz of 92,160-byte frames to 4 consumers
   size       92,160 / 1,228,800 / 33,177,600-byte frames to 3 consumers, at 60 and 30 Hz

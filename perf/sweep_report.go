@@ -302,6 +302,7 @@ func (r *SweepReport) WriteMarkdown(w io.Writer, prefix string) error {
 			setCaption(set, entries))
 		images(set)
 		writeFramesTable(&b, entries)
+		writeFrameCostsTable(&b, entries, r.Store)
 	}
 	if small := r.setEntries(SetSmall); len(small) > 0 {
 		fmt.Fprintf(&b, "## Small messages (%d-byte payloads, no artifact)\n\n", small[0].Point.PayloadBytes)
@@ -332,6 +333,10 @@ func (r *SweepReport) writeSweepHeader(b *strings.Builder) {
 	b.WriteString("- CPU: user+system time of the mover (the router process; the NATS server's child process) from " +
 		"/proc/PID/stat (10 ms ticks), from the first send until every consumer drained; per frame is over frames " +
 		"published, per delivery over frames or messages the consumers received; cores are CPU over that interval.\n")
+	b.WriteString("- per-frame costs (flybus frames points; NATS has no such figures: —): fill, the producer's Write (pwrite) of a " +
+		"frame's bytes, without allocate, seal or publish; touch, a consumer's read of every 64-byte line, from having the view; " +
+		"page faults, minor / major of the router process and of the harness (producer and consumers) from /proc/PID/stat " +
+		"over the measured interval, per frame published.\n")
 	fmt.Fprintf(b, "- keeping up (frames points): the producer published at least %.0f%% of its rate, at most %.0f%% of the deliveries "+
 		"the consumers were owed were coalesced (flybus latest mode) or dropped (NATS), p99 latency under one frame period, and "+
 		"no errors. Where it does not, the limit is named: the mover at %.1f cores or more (`flybus serve` runs its Go code on one "+
@@ -511,6 +516,52 @@ func writeFramesTable(b *strings.Builder, entries []*SweepEntry) {
 	b.WriteString("\n")
 }
 
+// writeFrameCostsTable shows what each frame cost the producer's fill,
+// the consumers' touch, and page faults, with the store's filesystem, so
+// that runs on two stores can be set side by side.
+func writeFrameCostsTable(b *strings.Builder, entries []*SweepEntry, store StoreFS) {
+	fmt.Fprintf(b, "Per-frame costs; store: %s.\n\n", store.brief())
+	b.WriteString("| frames | peer | fill p50 / p99 ms | touch p50 / p99 ms | router faults per frame (minor / major) | " +
+		"harness faults per frame (minor / major) |\n| --- | --- | --- | --- | --- | --- |\n")
+	const none = "—"
+	for _, e := range entries {
+		for _, pp := range sweepPeers {
+			r, _ := pp.get(e)
+			if r == nil {
+				continue
+			}
+			if pp.name != "flybus" {
+				fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", e.Point.Label(), pp.name, none, none, none, none)
+				continue
+			}
+			router, harness := "-", "-"
+			switch f := r.Faults; {
+			case f != nil && f.Err != "":
+				router, harness = "n/a", "n/a"
+			case f != nil && r.Sent > 0:
+				router, harness = faultsText(f.Router), faultsText(f.Harness)
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", e.Point.Label(), pp.name, latencyText(r.Fill), latencyText(r.Touch),
+				router, harness)
+		}
+	}
+	b.WriteString("\n")
+}
+
+// faultsText is minor / major faults per frame.
+func faultsText(f FaultRate) string {
+	return tenthsText(f.MinorPerFrame) + " / " + tenthsText(f.MajorPerFrame)
+}
+
+// brief names the store's filesystem as its mount has it: type and
+// options, e.g. "tmpfs rw,size=8388608k,huge=always (mount /mnt/x)".
+func (s StoreFS) brief() string {
+	if s.FSType == "" {
+		return s.line()
+	}
+	return fmt.Sprintf("%s %s (mount %s)", s.FSType, s.Options, s.MountPoint)
+}
+
 func (r *SweepReport) writeSmallTable(b *strings.Builder, entries []*SweepEntry) {
 	floor := "-"
 	if pp := r.Baselines; pp != nil && pp.CrossProcess != nil {
@@ -551,6 +602,11 @@ func usText(v float64, r *PointResult) string {
 	if v == 0 {
 		return "-"
 	}
+	return tenthsText(v)
+}
+
+// tenthsText is v to one decimal, with thousands separated.
+func tenthsText(v float64) string {
 	tenths := int64(math.Round(v * 10))
 	return fmt.Sprintf("%s.%d", thousands(tenths/10), tenths%10)
 }
@@ -575,6 +631,9 @@ func (r *SweepReport) writeSweepErrors(b *strings.Builder) {
 			}
 			if res.CPUErr != "" {
 				lines = append(lines, fmt.Sprintf("- %s, %s: CPU not measured: %s", e.Point.Label(), pp.name, res.CPUErr))
+			}
+			if res.Faults != nil && res.Faults.Err != "" {
+				lines = append(lines, fmt.Sprintf("- %s, %s: page faults not measured: %s", e.Point.Label(), pp.name, res.Faults.Err))
 			}
 			for _, msg := range res.Errors {
 				lines = append(lines, fmt.Sprintf("- %s, %s: %s", e.Point.Label(), pp.name, msg))

@@ -79,6 +79,10 @@ func TestSweepSmoke(t *testing.T) {
 			if e.Point.Kind == PointFrames && (r.Planned == 0 || r.Deliveries > uint64(r.Sent*e.Point.Consumers)) {
 				t.Errorf("%s on %s: %d deliveries of %d frames", e.Point.Label(), r.Peer, r.Deliveries, r.Sent)
 			}
+			if e.Point.Kind == PointFrames && r == e.Flybus && (r.Fill.Count != r.Sent || uint64(r.Touch.Count) != r.Deliveries ||
+				r.Faults == nil || r.Faults.Err != "") {
+				t.Errorf("%s: fill of %d frames, touch of %d deliveries, faults %+v", e.Point.Label(), r.Fill.Count, r.Touch.Count, r.Faults)
+			}
 		}
 	}
 	if bl := rep.Baselines; bl == nil || bl.CrossProcess == nil || len(bl.Sizes) != 2 {

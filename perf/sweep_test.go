@@ -252,6 +252,8 @@ func syntheticSweep() *SweepReport {
 	}
 	base := Baseline{Hot: hist(0.01, 0.02), Paced: hist(0.05)}
 	rep := &SweepReport{Started: time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC), Machine: Machine{CPU: "test CPU", NumCPU: 2},
+		Store: StoreFS{Root: "/mnt/huge/store", Magic: "0x01021994", Tmpfs: true, MountPoint: "/mnt/huge", FSType: "tmpfs",
+			Options: "rw,size=8388608k,huge=always", Huge: "always"},
 		Router: Router{Mode: "process", StoreMode: "pool", PID: 42}, Seconds: 3, NATS: "synthetic",
 		Baselines: &SweepBaselines{CrossProcess: &PingPong{One: base, Two: base},
 			Sizes: []SizeBaseline{{Bytes: FeedFrameBytes, Copy: base, MapTouch: base}}}}
@@ -278,6 +280,16 @@ func syntheticSweep() *SweepReport {
 			return r
 		}
 		e.Flybus, e.NATS = mk("flybus", 1), mk("nats", 4)
+		if p.Kind == PointFrames {
+			pages := uint64(p.FrameBytes / 4096)
+			e.Flybus.Fill = Latency{Count: e.Flybus.Sent, P50Ns: int64(p.FrameBytes / 4), P99Ns: int64(p.FrameBytes / 2)}
+			e.Flybus.Touch = Latency{Count: int(e.Flybus.Deliveries), P50Ns: int64(p.FrameBytes / 2), P99Ns: int64(p.FrameBytes)}
+			sent := e.Flybus.Sent
+			e.Flybus.Faults = &PointFaults{
+				Router:  FaultRate{Faults: Faults{Minor: uint64(sent)}, MinorPerFrame: 1},
+				Harness: FaultRate{Faults: Faults{Minor: uint64(sent) * pages * uint64(p.Consumers)}, MinorPerFrame: float64(pages * uint64(p.Consumers))},
+			}
+		}
 		if p.Consumers >= 16 && p.Set == SetConsumers || p.RateHz == 1000 {
 			e.Flybus.Coalesced = e.Flybus.Deliveries / 10
 		}
@@ -311,6 +323,11 @@ func TestSweepReportFiles(t *testing.T) {
 		"## Consumers (1,228,800 B at 60 Hz)", "## Rate (92,160 B to 4 consumers)", "## Frame size (3 consumers)",
 		"## Small messages (256-byte payloads, no artifact)", "| RPC, 8 callers | flybus |",
 		"the server would not start", "## Baselines",
+		"Per-frame costs; store: tmpfs rw,size=8388608k,huge=always (mount /mnt/huge).",
+		"| frames | peer | fill p50 / p99 ms | touch p50 / p99 ms | router faults per frame (minor / major) | harness faults per frame (minor / major) |",
+		// 33,177,600 B: fill 8.3 / 16.6 ms, touch 16.6 / 33.2 ms, 8,100 pages to each of 3 consumers.
+		"| 33,177,600 B x 30 Hz x 3 consumers | flybus | 8.294 / 16.589 | 16.589 / 33.178 | 1.0 / 0.0 | 24,300.0 / 0.0 |",
+		"| 33,177,600 B x 30 Hz x 3 consumers | NATS | — | — | — | — |",
 	} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("the report lacks %q", want)
@@ -384,5 +401,42 @@ func checkSweepFiles(t *testing.T, rep *SweepReport, files []string) {
 	}
 	if len(back.Entries) != len(rep.Entries) || back.Entries[0].Flybus.Sent != rep.Entries[0].Flybus.Sent {
 		t.Errorf("the JSON reads back %d entries", len(back.Entries))
+	}
+	for i, e := range back.Entries {
+		want := rep.Entries[i].Flybus
+		if got := e.Flybus; got.Fill != want.Fill || got.Touch != want.Touch || (got.Faults == nil) != (want.Faults == nil) ||
+			got.Faults != nil && *got.Faults != *want.Faults {
+			t.Errorf("%s: the JSON reads back fill %+v, touch %+v, faults %+v", e.Point.Label(), got.Fill, got.Touch, got.Faults)
+		}
+	}
+}
+
+func TestSweepFaultsOver(t *testing.T) {
+	r, err := faultsOver(Faults{Minor: 1000, Major: 2}, Faults{Minor: 25300, Major: 5}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Minor != 24300 || r.Major != 3 || r.MinorPerFrame != 2430 || r.MajorPerFrame != 0.3 {
+		t.Errorf("got %+v", r)
+	}
+	if r, err := faultsOver(Faults{Minor: 5}, Faults{Minor: 9}, 0); err != nil || r.Minor != 4 || r.MinorPerFrame != 0 {
+		t.Errorf("no frames sent: %+v %v", r, err)
+	}
+	if _, err := faultsOver(Faults{Minor: 9}, Faults{Minor: 5}, 1); err == nil {
+		t.Error("counters that went down were accepted")
+	}
+}
+
+// TestSweepNATSResultHasNoCosts: the NATS peer's JSON, which has no fill,
+// touch or faults, carries no such fields.
+func TestSweepNATSResultHasNoCosts(t *testing.T) {
+	b, err := json.Marshal(&PointResult{Peer: "nats", Sent: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, field := range []string{`"fill"`, `"touch"`, `"pageFaults"`} {
+		if strings.Contains(string(b), field) {
+			t.Errorf("%s in %s", field, b)
+		}
 	}
 }
