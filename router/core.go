@@ -505,9 +505,10 @@ func (k *core) hello(c *conn, env *wire.Envelope) {
 		k.closeConn(c, code, msg)
 	}
 	// The hello is answered in the minor it was written in (1.0's as
-	// 1.1, as before 1.2), with that minor's contract digest: a client
-	// built against an older minor finds what it expects.
-	minor := max(env.Minor, wire.OldestMinor)
+	// 1.1, as before 1.2; a later one's in this router's), with that
+	// minor's contract digest: a client built against an older minor
+	// finds what it expects, and a newer client can fall back.
+	minor := min(max(env.Minor, wire.OldestMinor), wire.Minor)
 	c.minor = wire.Some(minor) // its refusals too
 	ext, granted, dup := grantExtensions(h.Extensions, minor)
 	if dup != "" {

@@ -367,14 +367,15 @@ func (r *raw) commandIn(m uint32, op wire.Op, body wire.Body) {
 	r.sendBytes(b)
 }
 
-// Row 5.2: a hello is answered in the minor it was written in, with that
+// Row 14.1: a hello is answered in the minor it was written in, with that
 // minor's contract digest, and every later envelope to the connection is
 // written in it: a client built against 1.1 (or 1.0) finds the version and
-// digest it checks. A 1.1 hello is not granted 1.2's quiet-consume.
+// digest it checks, and a hello of a later minor is answered in 1.2. A 1.1
+// hello is not granted 1.2's quiet-consume.
 func TestHelloAnswersInTheClientsMinor(t *testing.T) {
 	forEachTransport(t, open(), func(t *testing.T, h *harness) {
 		d11, _ := wire.ContractDigestFor(1)
-		for _, m := range []uint32{0, 1, 2} {
+		for _, m := range []uint32{0, 1, 2, 3} {
 			r := newRaw(t, h.conn(""))
 			id := fmt.Sprintf("minor%d", m)
 			r.commandIn(m, wire.OpHello, &wire.Hello{ClientID: id, ClientIncarnation: "inc-" + id, SupportedMajors: []uint32{1},
@@ -384,13 +385,13 @@ func TestHelloAnswersInTheClientsMinor(t *testing.T) {
 				t.Fatalf("minor %d: %v", m, be)
 			}
 			want, digest, exts := uint32(1), d11, "[presence]"
-			if m == 2 {
+			if m >= 2 { // a hello in a later minor is answered in this router's
 				want, digest, exts = 2, wire.ContractDigestValue(), "[presence quiet-consume]"
 			}
 			if r.env.Minor != want || ok.SelectedMinor != want || ok.ContractDigest != digest || fmt.Sprint(ok.Extensions) != exts {
 				t.Fatalf("hello in minor %d: envelope minor %d, %+v", m, r.env.Minor, ok)
 			}
-			r.commandIn(m, wire.OpTopicDeclare, &wire.Declare{Name: "t." + id, Retained: wire.RetainNone})
+			r.commandIn(want, wire.OpTopicDeclare, &wire.Declare{Name: "t." + id, Retained: wire.RetainNone})
 			if be := r.reply(&wire.DeclareOK{}); be != nil || r.env.Minor != want {
 				t.Fatalf("minor %d: declare %v in an envelope of minor %d", m, be, r.env.Minor)
 			}
@@ -398,7 +399,7 @@ func TestHelloAnswersInTheClientsMinor(t *testing.T) {
 	})
 }
 
-// Row 15.3: with quiet-consume, an accepted delivery.consumed has no
+// Row 14.6: with quiet-consume, an accepted delivery.consumed has no
 // reply (the next frame answers the next command) and still returns the
 // credit (the next message is delivered); a refused one is answered with
 // its error. Without it, consumed is answered as in 1.1.
