@@ -201,9 +201,12 @@ func (b *Bridge) waitConnected(ctx context.Context) error {
 
 // Run connects to NATS and to the local router and bridges until ctx ends;
 // then it closes everything it opened. It returns nil after ctx ends, or
-// the error that stopped it: one that kept it from starting, or the NATS
+// the error that stopped it: one that kept it from starting, the NATS
 // connection closing for good (nats.maxReconnects exhausted; a first
-// connect that fails is retried like a reconnect, each failure logged).
+// connect that fails is retried like a reconnect, each failure logged), or
+// the local router refusing the bridge for good (its client id, its
+// grants, or a store root without the router's store). A local router
+// that is down is waited for.
 func (b *Bridge) Run(parent context.Context) (err error) {
 	opts, err := b.natsOptions()
 	if err != nil {

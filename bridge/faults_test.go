@@ -1,6 +1,8 @@
 package bridge
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -312,5 +314,26 @@ func TestNATSRestartKeepsHistory(t *testing.T) {
 	}
 	for _, f := range rng.Frames {
 		checkHistoryFrame(t, res, f)
+	}
+}
+
+// A local router that refuses the bridge for good (here: a store root
+// without the router's store) stops it with the reason instead of
+// retrying forever.
+func TestLocalRefusalStopsTheBridge(t *testing.T) {
+	n := startNATS(t, 1<<20)
+	a := newHost(t, "a")
+	cfg := bridgeConfig(a, n, "bridge-a")
+	cfg.Local.StoreRoot = t.TempDir()
+	cfg.Imports = []ImportConfig{{Subject: "x", Topic: "x"}}
+	b, err := New(cfg, Options{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	err = b.Run(ctx)
+	if !errors.Is(err, client.ErrNoStoreRoot) || ctx.Err() != nil {
+		t.Fatalf("Run: %v, want the store root refusal before the deadline", err)
 	}
 }
