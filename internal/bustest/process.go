@@ -19,8 +19,20 @@ var (
 	buildOut  []byte
 )
 
+// Main runs a test binary's tests, then removes the flybus that
+// FlybusBinary built, if it built one: a package that calls FlybusBinary
+// has func TestMain(m *testing.M) { bustest.Main(m) }.
+func Main(m *testing.M) {
+	code := m.Run()
+	if builtBin != "" {
+		os.RemoveAll(filepath.Dir(builtBin))
+	}
+	os.Exit(code)
+}
+
 // FlybusBinary builds cmd/flybus once per test binary and returns its
 // path, for tests that need a router in a process of its own (to kill it).
+// The package's TestMain removes it at the end (Main).
 func FlybusBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
