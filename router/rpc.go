@@ -319,13 +319,7 @@ func (k *core) opConsumed(c *conn, env *wire.Envelope, b *wire.Consumed) *wire.B
 		}
 	}
 	if c.ext&extQuietConsume != 0 {
-		// Accepted: no reply (extension quiet-consume). A reply's push is
-		// what woke the writer for whatever the freed credit lets through
-		// (a service's next request, say), so wake it here instead.
-		if n > 0 {
-			k.markDirty(c)
-		}
-		return nil
+		return nil // accepted: no reply (extension quiet-consume)
 	}
 	k.scratch.released = wire.Released{Released: n}
 	k.reply(c, env, &k.scratch.released)
@@ -340,9 +334,11 @@ func (k *core) consume(c *conn, d wire.DeliveryID) bool {
 	}
 	delete(c.dlvs, d)
 	k.dropRoots(ref.arts)
+	// An owner of c is free: a delivery its budget held back may go now.
+	// (A reply used to wake the writer anyway; a quiet consume has none.)
+	k.markDirty(c)
 	if s := ref.sub; s != nil {
 		s.inflight-- // a credit returns, even to a closed subscription
-		k.markDirty(c)
 		return true
 	}
 	if cl := ref.call; cl != nil {
