@@ -584,12 +584,12 @@ func grantExtensions(asked []string, minor uint32) (ext uint8, granted []string,
 		case wire.ExtPresence:
 			bit = extPresence
 		case wire.ExtQuietConsume:
-			if minor < 2 {
-				continue // not in the contract the client speaks
-			}
 			bit = extQuietConsume
 		default:
 			continue
+		}
+		if e, _ := wire.LookupExtension(name); e.Minor > minor {
+			continue // not in the contract the client speaks
 		}
 		ext |= bit
 		granted = append(granted, name)

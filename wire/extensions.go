@@ -26,19 +26,31 @@ type Extension struct {
 	Name    string
 	Members []string // body members it adds, as "op.member"
 	Notices []Op     // notices it adds
-	Minor   uint32   // the minor version that added it (0: 1.1)
+	Minor   uint32   // the minor version that added it: a connection in an older one is not granted it
 }
 
 // Extensions lists every extension this package knows, in contract order.
 func Extensions() []Extension {
 	return []Extension{
-		{Name: ExtAwaitTopic, Members: []string{"subscribe.awaitTopic"}, Notices: []Op{OpSubscriptionTopic}},
-		{Name: ExtPresence, Notices: []Op{OpSubscriptionPublishers}},
+		{Name: ExtAwaitTopic, Members: []string{"subscribe.awaitTopic"}, Notices: []Op{OpSubscriptionTopic}, Minor: 1},
+		{Name: ExtPresence, Notices: []Op{OpSubscriptionPublishers}, Minor: 1},
 		{Name: ExtQuietConsume, Minor: 2},
 	}
 }
 
+// LookupExtension returns the extension called name, if this contract has
+// one.
+func LookupExtension(name string) (Extension, bool) {
+	for _, e := range Extensions() {
+		if e.Name == name {
+			return e, true
+		}
+	}
+	return Extension{}, false
+}
+
 // KnownExtension reports whether name is an extension of this contract.
 func KnownExtension(name string) bool {
-	return name == ExtAwaitTopic || name == ExtPresence || name == ExtQuietConsume
+	_, ok := LookupExtension(name)
+	return ok
 }
