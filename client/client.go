@@ -115,8 +115,8 @@ type conn struct {
 	// The extensions the router granted at hello. With quietConsume the
 	// router answers no accepted consume, so none waits for an answer.
 	awaitTopic, presence, quietConsume bool
-	// minor is the version the router selected when older than this
-	// package's: every later envelope is written in it. Guarded by mu.
+	// minor is the version of the router's hello reply: every later
+	// envelope, both ways, is in it. Guarded by mu.
 	minor wire.Opt[uint32]
 
 	wmu  sync.Mutex // the write token: its holder encodes and writes
@@ -249,6 +249,13 @@ func connect(ctx context.Context, nc net.Conn, cfg Config, reconnects bool) (*co
 		err = wire.NewError(wire.ErrVersionMismatch, 0, "router selected %d.%d; this client speaks %d.%d to %d.%d",
 			ok.SelectedMajor, ok.SelectedMinor, wire.Major, wire.OldestMinor, wire.Major, wire.Minor)
 	}
+	c.mu.Lock()
+	envMinor := c.minor // the hello reply's envelope's (dispatch)
+	c.mu.Unlock()
+	if err == nil && envMinor.V != ok.SelectedMinor {
+		err = wire.NewError(wire.ErrVersionMismatch, 0, "router selected %d.%d in a %d.%d envelope",
+			ok.SelectedMajor, ok.SelectedMinor, wire.Major, envMinor.V)
+	}
 	if err == nil && ok.ContractDigest != digest {
 		err = wire.NewError(wire.ErrVersionMismatch, 0, "router contract digest %s differs from ours %s for %d.%d",
 			ok.ContractDigest, digest, ok.SelectedMajor, ok.SelectedMinor)
@@ -271,11 +278,6 @@ func connect(ctx context.Context, nc net.Conn, cfg Config, reconnects bool) (*co
 		}
 		return nil, err
 	}
-	c.mu.Lock()
-	if ok.SelectedMinor != wire.Minor {
-		c.minor = wire.Some(ok.SelectedMinor)
-	}
-	c.mu.Unlock()
 	for _, e := range ok.Extensions {
 		switch e {
 		case wire.ExtAwaitTopic:

@@ -25,6 +25,9 @@ type fakeRouter struct {
 	dec wire.Decoder
 	env wire.Envelope
 	bus uint64 // last router envelope serial sent
+	// minor, when set, is the version the fake writes its envelopes in
+	// (a router of an older minor).
+	minor wire.Opt[uint32]
 }
 
 // noLeaks fails t if goroutines started during the test outlive it. Call it
@@ -71,6 +74,9 @@ func (f *fakeRouter) envelope(id uint64, h wire.Header, body wire.Body, atts []w
 		id = f.bus
 	}
 	h.ID = id
+	if !h.Minor.Valid {
+		h.Minor = f.minor
+	}
 	return string(wire.AppendEnvelope(nil, h, body, atts))
 }
 
@@ -186,26 +192,32 @@ func busErrorOf(t *testing.T, what string, err error) *wire.BusError {
 }
 
 func TestConnectRefusesAnIncompatibleRouter(t *testing.T) {
-	edits := map[string]func(*wire.HelloOK){
-		"OtherContractDigest": func(h *wire.HelloOK) { h.ContractDigest[0] ^= 0xff },
-		"SelectedMinor3":      func(h *wire.HelloOK) { h.SelectedMinor = 3 },
-		// 1.1 is spoken, but with 1.1's digest, not 1.2's.
-		"SelectedMinor1With1.2Digest": func(h *wire.HelloOK) { h.SelectedMinor = 1 },
-		"SelectedMajor2":              func(h *wire.HelloOK) { h.SelectedMajor = 2 },
+	d11, _ := wire.ContractDigestFor(1)
+	edits := map[string]struct {
+		edit func(*fakeRouter, *wire.HelloOK)
+		want string // in the error: which check refused
+	}{
+		"OtherContractDigest": {func(_ *fakeRouter, h *wire.HelloOK) { h.ContractDigest[0] ^= 0xff }, "digest"},
+		"SelectedMinor3":      {func(_ *fakeRouter, h *wire.HelloOK) { h.SelectedMinor = 3 }, "selected 1.3"},
+		// 1.1 is selected, in a 1.1 envelope, but with 1.2's digest.
+		"SelectedMinor1With1.2Digest": {func(f *fakeRouter, h *wire.HelloOK) { h.SelectedMinor, f.minor = 1, wire.Some[uint32](1) }, "digest"},
+		// 1.1 is selected, with its digest, in a 1.2 envelope.
+		"SelectedMinor1InA1.2Envelope": {func(_ *fakeRouter, h *wire.HelloOK) { h.SelectedMinor, h.ContractDigest = 1, d11 }, "envelope"},
+		"SelectedMajor2":               {func(_ *fakeRouter, h *wire.HelloOK) { h.SelectedMajor = 2 }, "selected 2."},
 	}
-	for name, edit := range edits {
+	for name, tc := range edits {
 		t.Run(name, func(t *testing.T) {
 			noLeaks(t)
 			c, f, err := connectFake(t, testCtx(t, 10*time.Second), func(f *fakeRouter, msg uint64) {
 				ok := goodHello()
-				edit(&ok)
+				tc.edit(f, &ok)
 				f.replyOK(msg, wire.OpHello, &ok)
 			})
 			if c != nil {
 				t.Fatal("Connect accepted the router")
 			}
-			if be := busErrorOf(t, "connect", err); be.Code != wire.ErrVersionMismatch {
-				t.Fatalf("connect: %v, want VERSION_MISMATCH", err)
+			if be := busErrorOf(t, "connect", err); be.Code != wire.ErrVersionMismatch || !strings.Contains(be.Message, tc.want) {
+				t.Fatalf("connect: %v, want VERSION_MISMATCH naming %q", err, tc.want)
 			}
 			f.expectEOF()
 		})
@@ -365,6 +377,11 @@ func TestClientClosesOnRouterViolations(t *testing.T) {
 		"CommandFromTheRouter": func(f *fakeRouter, pw *fakePending) {
 			f.sendJSON(f.envelope(f.bus+100, wire.Header{Kind: wire.KindCommand, Op: wire.OpRPCCancel}, &wire.Cancel{CallID: 1}, nil))
 		},
+		// An envelope of another minor than the hello was answered in.
+		"Minor1After1.2Hello": func(f *fakeRouter, pw *fakePending) {
+			env := f.envelope(0, wire.Header{Kind: wire.KindNotice, Op: wire.OpRouteRemoved}, routeRemoved, nil)
+			f.sendJSON(strings.Replace(env, `"minor":2`, `"minor":1`, 1))
+		},
 		"Minor3": func(f *fakeRouter, pw *fakePending) {
 			env := f.envelope(0, wire.Header{Kind: wire.KindNotice, Op: wire.OpRouteRemoved}, routeRemoved, nil)
 			f.sendJSON(strings.Replace(env, `"minor":2`, `"minor":3`, 1))
@@ -504,6 +521,7 @@ func TestConnectSpeaksAnOlderRouter(t *testing.T) {
 	c, f, err := connectFake(t, testCtx(t, 10*time.Second), func(f *fakeRouter, msg uint64) {
 		ok := goodHello()
 		ok.SelectedMinor, ok.ContractDigest, ok.Extensions = 1, d11, []string{wire.ExtAwaitTopic, wire.ExtPresence}
+		f.minor = wire.Some[uint32](1)
 		f.replyOK(msg, wire.OpHello, &ok)
 	})
 	if err != nil {

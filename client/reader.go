@@ -47,6 +47,13 @@ func (c *conn) dispatch(env *wire.Envelope) error {
 			env.Major, env.Minor, wire.Major, wire.OldestMinor, wire.Major, wire.Minor)
 	}
 	c.mu.Lock()
+	if c.minor.Valid && env.Minor != c.minor.V {
+		c.mu.Unlock()
+		return fmt.Errorf("router envelope is version %d.%d after a hello answered in %d.%d", env.Major, env.Minor, wire.Major, c.minor.V)
+	}
+	if env.Kind == wire.KindReply && env.Op == wire.OpHello {
+		c.minor = wire.Some(env.Minor) // the connection's minor from here on, both ways
+	}
 	if c.anyBus && env.ID <= c.lastBus {
 		c.mu.Unlock()
 		return errors.New("router envelope ids must increase")
