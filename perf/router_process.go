@@ -307,17 +307,27 @@ func (t *lineTail) text() string {
 	return "; its log ends:\n  " + strings.Join(t.lines, "\n  ")
 }
 
+// givenExecutable is a path a flag gave, made absolute and checked to be
+// an executable file.
+func givenExecutable(given string) (string, error) {
+	abs, err := filepath.Abs(given)
+	if err != nil {
+		return "", err
+	}
+	if err := executable(abs); err != nil {
+		return "", err
+	}
+	return abs, nil
+}
+
 // locateFlybus finds the flybus executable for process mode: the given
 // path; else this executable when it is flybus (`flybus perf`); else a
 // flybus beside this executable; else one built from the module that
 // holds the working directory into dir.
 func locateFlybus(ctx context.Context, given, dir string) (path, how string, err error) {
 	if given != "" {
-		abs, err := filepath.Abs(given)
+		abs, err := givenExecutable(given)
 		if err != nil {
-			return "", "", err
-		}
-		if err := executable(abs); err != nil {
 			return "", "", err
 		}
 		return abs, "--flybus", nil

@@ -20,11 +20,8 @@ import (
 // built from the flybus module holding the working directory into dir.
 func locateCompare(ctx context.Context, given, dir string) (path, how string, err error) {
 	if given != "" {
-		abs, err := filepath.Abs(given)
+		abs, err := givenExecutable(given)
 		if err != nil {
-			return "", "", err
-		}
-		if err := executable(abs); err != nil {
 			return "", "", err
 		}
 		return abs, "--compare", nil
