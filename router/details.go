@@ -79,11 +79,13 @@ type ClientDetail struct {
 	QueuedBytes  int `json:"queuedBytes"`
 	ActiveCalls  int `json:"activeCalls"` // its calls not yet answered
 	// What crossed its transport, counted by the router: bytes and frames
-	// written to it and read from it.
+	// written to it and read from it, and the writes that carried them
+	// (FramesWritten over Writes is how many frames a write carried).
 	BytesWritten  uint64 `json:"bytesWritten"`
 	BytesRead     uint64 `json:"bytesRead"`
 	FramesWritten uint64 `json:"framesWritten"`
 	FramesRead    uint64 `json:"framesRead"`
+	Writes        uint64 `json:"writes"`
 }
 
 // StoreDetail is the artifact store.
@@ -105,13 +107,13 @@ type StoreDetail struct {
 func (r *Router) Details() Details {
 	now := time.Now()
 	var raw rawDetails
-	type traffic struct{ w, r, fw, fr uint64 }
+	type traffic struct{ w, r, fw, fr, writes uint64 }
 	r.mu.Lock()
 	r.core.details(&raw)
 	io := make([]traffic, len(raw.conns))
 	for i, c := range raw.conns {
 		if sh := r.shells[c]; sh != nil {
-			io[i] = traffic{sh.io.written.Load(), sh.io.read.Load(), sh.io.framesOut.Load(), sh.io.framesIn.Load()}
+			io[i] = traffic{sh.io.written.Load(), sh.io.read.Load(), sh.io.framesOut.Load(), sh.io.framesIn.Load(), sh.io.writes.Load()}
 		}
 	}
 	r.mu.Unlock()
@@ -142,7 +144,7 @@ func (r *Router) Details() Details {
 		d.Clients = append(d.Clients, ClientDetail{ID: c.ident.ClientID, Incarnation: c.ident.ClientIncarnation,
 			Connection: c.conn.String(), Owners: c.owners, OwnerBudget: raw.budget, ControlDepth: c.control,
 			QueuedBytes: c.queuedB, ActiveCalls: c.calls, BytesWritten: io[i].w, BytesRead: io[i].r,
-			FramesWritten: io[i].fw, FramesRead: io[i].fr})
+			FramesWritten: io[i].fw, FramesRead: io[i].fr, Writes: io[i].writes})
 	}
 	slices.SortFunc(d.Clients, func(a, b ClientDetail) int {
 		return cmp.Or(cmp.Compare(a.ID, b.ID), cmp.Compare(a.Connection, b.Connection))

@@ -12,6 +12,9 @@ import (
 )
 
 // detailsOf finds one entry of a Details list by key.
+// byClient keys a client's details by its client id.
+func byClient(x router.ClientDetail) string { return x.ID }
+
 func detailsOf[T any](t *testing.T, list []T, key func(T) string, want string) T {
 	t.Helper()
 	for _, x := range list {
@@ -126,7 +129,6 @@ func TestDetailsShowWhoHoldsWhat(t *testing.T) {
 		for range 6 {
 			held = append(held, produce(t, holder, data[:100]))
 		}
-		byClient := func(x router.ClientDetail) string { return x.ID }
 		cd := detailsOf(t, h.r.Details().Clients, byClient, "det-holder")
 		if cd.Owners != 6 || cd.OwnerBudget != 8 || cd.ActiveCalls != 0 || cd.Connection == "" || cd.Incarnation == "" {
 			t.Fatalf("det-holder: %+v", cd)

@@ -312,6 +312,8 @@ func (r *Router) step(in input) (violation string, closing bool) {
 			closingShells = append(closingShells, sh)
 		case sh.writing:
 			// Its holder pulls again before letting go.
+		case sh.hold:
+			sh.held = true // its reader writes once it has stepped its batch
 		case sh.tw == nil:
 			wake = append(wake, sh)
 		default:

@@ -2,6 +2,7 @@ package router
 
 import (
 	"errors"
+	"io"
 	"net"
 	"os"
 	"sync/atomic"
@@ -30,6 +31,9 @@ type shell struct {
 
 	// The write token and what its holder owns (see writeDirect).
 	writing bool   // guarded by r.mu: the token is held
+	hold    bool   // guarded by r.mu: the reader has more frames buffered; write when it has stepped them
+	held    bool   // guarded by r.mu: frames became ready while hold was set
+	holding bool   // the reader's copy of hold
 	handoff bool   // guarded by r.mu: passed to the writer goroutine with rest
 	rest    []byte // guarded by r.mu: bytes a step could not write without blocking
 	frames  []frame
@@ -48,7 +52,7 @@ type shell struct {
 // ioCounters count a connection's traffic; atomics, because the reader,
 // the writer and stepping goroutines add to them and Details reads them.
 type ioCounters struct {
-	read, framesIn, written, framesOut atomic.Uint64
+	read, framesIn, written, framesOut, writes atomic.Uint64
 }
 
 // closeGrace bounds how long a writer keeps trying to deliver the final
@@ -86,7 +90,7 @@ func (sh *shell) helloExpired() {
 
 func (sh *shell) readLoop() {
 	defer sh.r.wg.Done()
-	fc := &frameClock{nc: sh.nc, limit: sh.r.frameTimeout()}
+	fc := &frameClock{nc: sh.nc, rd: readerOf(sh.nc), limit: sh.r.frameTimeout()}
 	fr := wire.NewFrameReader(fc)
 	var dec wire.Decoder
 	var env wire.Envelope
@@ -112,6 +116,10 @@ func (sh *shell) readLoop() {
 			return
 		}
 		fc.frameDone(fr.Buffered())
+		more := fr.HasFrame()
+		if more && !sh.holding {
+			sh.setHold(true)
+		}
 		derr := dec.Decode(frame, &env)
 		pe, be = nil, nil
 		switch {
@@ -125,6 +133,9 @@ func (sh *shell) readLoop() {
 		sh.io.read.Add(uint64(len(frame)) + 4)
 		sh.io.framesIn.Add(1)
 		why, closing := sh.r.step(input{kind: inCommand, conn: sh.c, env: &env, bodyErr: be})
+		if !more && sh.holding {
+			sh.setHold(false)
+		}
 		dec.Trim() // an idle connection must not pin a large frame's tape
 		if why != "" {
 			sh.logViolation(why)
@@ -132,6 +143,31 @@ func (sh *shell) readLoop() {
 		if closing {
 			return
 		}
+	}
+}
+
+// setHold starts or ends a batch: while the reader has more whole frames
+// buffered, what becomes ready for this connection waits, so that the
+// replies to a batch of commands leave in one write instead of one each.
+// Ending it writes what waited, as a step would have.
+func (sh *shell) setHold(on bool) {
+	r := sh.r
+	sh.holding = on
+	r.mu.Lock()
+	sh.hold = on
+	held := sh.held
+	sh.held = false
+	if on || !held || sh.writing || sh.c.closing || sh.c.gone {
+		r.mu.Unlock()
+		return
+	}
+	direct := sh.tw != nil
+	sh.writing = direct
+	r.mu.Unlock()
+	if direct {
+		sh.writeDirect()
+	} else {
+		sh.wake()
 	}
 }
 
@@ -166,6 +202,7 @@ func (sh *shell) logViolation(why string) {
 // deadline at all.
 type frameClock struct {
 	nc      net.Conn
+	rd      io.Reader // nc's bytes (readerOf)
 	limit   time.Duration
 	inFrame bool      // bytes of an unfinished frame are buffered
 	due     time.Time // that frame's deadline, zero until its reader first waits
@@ -185,7 +222,7 @@ func (fc *frameClock) Read(p []byte) (int, error) {
 		}
 	}
 	for {
-		n, err := fc.nc.Read(p)
+		n, err := fc.rd.Read(p)
 		if n > 0 {
 			fc.inFrame = true
 		}
@@ -253,6 +290,7 @@ func (sh *shell) writeDirect() {
 			return
 		}
 		sh.writeStarts()
+		sh.io.writes.Add(1) // before the write: a peer that reads it may look
 		n, err := sh.tw.TryWrite(sh.buf)
 		sh.io.written.Add(uint64(n))
 		if err != nil || n < len(sh.buf) {
@@ -375,6 +413,7 @@ func (sh *shell) writeLoop() {
 		sh.rest = nil
 		r.mu.Unlock()
 		if len(rest) > 0 {
+			sh.io.writes.Add(1)
 			if err := wire.WriteFull(sh.nc, rest); err != nil {
 				sh.finish()
 				return
@@ -404,6 +443,7 @@ func (sh *shell) writeLoop() {
 				_ = sh.nc.SetWriteDeadline(time.Now().Add(closeGrace))
 			}
 			sh.writeStarts()
+			sh.io.writes.Add(1)
 			err := wire.WriteFull(sh.nc, sh.buf)
 			if err == nil {
 				sh.io.written.Add(uint64(len(sh.buf)))

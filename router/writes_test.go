@@ -141,3 +141,45 @@ func TestPublishBehindItsSealSeesItSealed(t *testing.T) {
 		}
 	})
 }
+
+// Commands that arrive together are answered together: while the router
+// has more whole frames of a connection buffered it steps them before it
+// writes, so the replies to a batch leave in one write, and the reply to
+// the batch's last command still leaves at once.
+func TestRepliesToABatchShareAWrite(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		r := newRaw(t, h.conn(""))
+		r.hello("batcher")
+		const n = 6
+		var b []byte
+		for i := range n {
+			r.id++
+			var err error
+			b, err = wire.AppendFrame(b, wire.Header{ID: r.id, Kind: wire.KindCommand, Op: wire.OpTopicDeclare},
+				&wire.Declare{Name: "batch." + strconv.Itoa(i), Retained: wire.RetainNone}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := detailsOf(t, h.r.Details().Clients, byClient, "batcher")
+		r.sendBytes(b)
+		for i := range n {
+			if err := r.reply(&wire.DeclareOK{}); err != nil {
+				t.Fatalf("declare %d: %v", i, err)
+			}
+		}
+		after := detailsOf(t, h.r.Details().Clients, byClient, "batcher")
+		if got := after.FramesWritten - before.FramesWritten; got != n {
+			t.Fatalf("%d frames written for %d commands", got, n)
+		}
+		if got := after.Writes - before.Writes; got != 1 {
+			t.Fatalf("the %d replies took %d writes, want 1", n, got)
+		}
+		// One more command alone is answered alone, without waiting for
+		// company.
+		rawOK(t, r, wire.OpTopicDeclare, &wire.Declare{Name: "batch.last", Retained: wire.RetainNone}, &wire.DeclareOK{})
+		if got := detailsOf(t, h.r.Details().Clients, byClient, "batcher").Writes - after.Writes; got != 1 {
+			t.Fatalf("a lone reply took %d writes", got)
+		}
+	})
+}

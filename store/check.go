@@ -22,7 +22,7 @@ func sizeMismatch(got, want int64) error {
 // checkSize fails with ErrMismatch unless the file open at fd is want bytes.
 func checkSize(fd int, want int64) error {
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	if err := fstat(fd, &st); err != nil {
 		return os.NewSyscallError("fstat", err)
 	}
 	if st.Size != want {

@@ -153,7 +153,7 @@ func setLease(fd int) (bool, error) { return takeLease(fd, unix.F_WRLCK) }
 // takeLease takes a lease of kind (F_RDLCK or F_WRLCK) on fd, reporting
 // false when the kernel refuses it because of other openers.
 func takeLease(fd, kind int) (bool, error) {
-	switch _, err := unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, kind); err {
+	switch err := setLeaseFcntl(fd, kind); err {
 	case nil:
 		return true, nil
 	case unix.EAGAIN:

@@ -329,7 +329,7 @@ func setLeaseRead(fd int) (bool, error) { return takeLease(fd, unix.F_RDLCK) }
 // whose inode gained a name: consumers open slots by name.
 func (s *Store) checkSlot(sl *slot) error {
 	var st unix.Stat_t
-	if err := unix.Fstat(sl.fd, &st); err != nil {
+	if err := fstat(sl.fd, &st); err != nil {
 		return os.NewSyscallError("fstat", err)
 	}
 	if st.Nlink != 1 {
@@ -376,11 +376,11 @@ func (s *Store) sealSlot(relPath string, want int64, digest *[32]byte) (Sealed, 
 			err = checkDigest(sl.fd, want, digest)
 		}
 		if err == nil {
-			if ferr := unix.Fchmod(sl.fd, 0o444); ferr != nil {
+			if ferr := fchmod(sl.fd, 0o444); ferr != nil {
 				err = os.NewSyscallError("fchmod", ferr)
 			}
 		}
-		unix.FcntlInt(uintptr(sl.fd), unix.F_SETLEASE, unix.F_UNLCK)
+		setLeaseFcntl(sl.fd, unix.F_UNLCK)
 		if err != nil {
 			s.recycleWritten(sl)
 			s.countSealError(err)
@@ -450,8 +450,8 @@ func (s *Store) copyToSlot(src *slot, want int64, digest *[32]byte) (Sealed, err
 		}
 		return Sealed{}, err
 	}
-	err = unix.Fchmod(sl.fd, 0o444)
-	unix.FcntlInt(uintptr(sl.fd), unix.F_SETLEASE, unix.F_UNLCK)
+	err = fchmod(sl.fd, 0o444)
+	setLeaseFcntl(sl.fd, unix.F_UNLCK)
 	if err != nil {
 		return fail(os.NewSyscallError("fchmod", err))
 	}
@@ -509,7 +509,7 @@ func (s *Store) recycleWritten(sl *slot) {
 		s.quarantine(sl)
 		return
 	}
-	unix.FcntlInt(uintptr(sl.fd), unix.F_SETLEASE, unix.F_UNLCK)
+	setLeaseFcntl(sl.fd, unix.F_UNLCK)
 	s.freeSlot(sl)
 }
 
@@ -545,7 +545,7 @@ func (s *Store) recycleSlot(relPath string, gen uint64) error {
 		s.recycleWritten(sl)
 		return nil
 	}
-	if err := unix.Fchmod(sl.fd, 0o600); err != nil {
+	if err := fchmod(sl.fd, 0o600); err != nil {
 		s.quarantine(sl)
 		return &Error{Op: "remove", RelPath: relPath, Err: os.NewSyscallError("fchmod", err)}
 	}
@@ -587,8 +587,8 @@ func (s *Store) tidySlots(now time.Time) {
 	s.unlinkSlots(idle)
 	for _, sl := range q {
 		if leased, err := setLeaseRead(sl.fd); err == nil && leased {
-			unix.FcntlInt(uintptr(sl.fd), unix.F_SETLEASE, unix.F_UNLCK)
-			if unix.Fchmod(sl.fd, 0o600) == nil && s.checkSlot(sl) == nil {
+			setLeaseFcntl(sl.fd, unix.F_UNLCK)
+			if fchmod(sl.fd, 0o600) == nil && s.checkSlot(sl) == nil {
 				s.freeSlot(sl)
 			}
 		}

@@ -91,6 +91,16 @@ func (fr *FrameReader) fill(need int) error {
 	return nil
 }
 
+// HasFrame reports whether the next ReadFrame returns without reading:
+// a whole frame, or a length it refuses, is buffered.
+func (fr *FrameReader) HasFrame() bool {
+	if fr.end-fr.start < FrameHeaderLen {
+		return false
+	}
+	n := int(binary.LittleEndian.Uint32(fr.buf[fr.start:]))
+	return n == 0 || n > MaxEnvelopeBytes || fr.end-fr.start >= FrameHeaderLen+n
+}
+
 // Buffered reports how many bytes were read ahead and not yet returned.
 func (fr *FrameReader) Buffered() int { return fr.end - fr.start }
 

@@ -256,6 +256,48 @@ func TestFrameReaderBuffered(t *testing.T) {
 	}
 }
 
+// HasFrame says whether the next ReadFrame can return without reading:
+// a whole frame is buffered, or a length the reader refuses at once.
+func TestFrameReaderHasFrame(t *testing.T) {
+	a, b := typicalCall(), typicalPublish()
+	s := stream(a, b)
+	cut := len(s) - 3 // b's last bytes still to come
+	r := &recordingReader{data: s[:cut]}
+	fr := NewFrameReader(r)
+	if fr.HasFrame() {
+		t.Fatal("HasFrame before anything was read")
+	}
+	if _, err := fr.ReadFrame(); err != nil {
+		t.Fatal(err)
+	}
+	if fr.HasFrame() {
+		t.Fatalf("HasFrame with %d of b's %d bytes buffered", fr.Buffered(), FrameHeaderLen+len(b))
+	}
+	fr = NewFrameReader(bytes.NewReader(s))
+	if _, err := fr.ReadFrame(); err != nil {
+		t.Fatal(err)
+	}
+	if !fr.HasFrame() {
+		t.Fatal("no HasFrame with b whole in the buffer")
+	}
+	if _, err := fr.ReadFrame(); err != nil || fr.HasFrame() {
+		t.Fatalf("after the last frame: %v, HasFrame %v", err, fr.HasFrame())
+	}
+	for _, n := range []uint32{0, MaxEnvelopeBytes + 1} {
+		bad := binary.LittleEndian.AppendUint32(append([]byte(nil), stream(a)...), n)
+		fr = NewFrameReader(bytes.NewReader(bad))
+		if _, err := fr.ReadFrame(); err != nil {
+			t.Fatal(err)
+		}
+		if !fr.HasFrame() {
+			t.Errorf("length %d: HasFrame false, but ReadFrame refuses it without reading", n)
+		}
+		if _, err := fr.ReadFrame(); !errors.Is(err, ErrFrameLength) {
+			t.Errorf("length %d: %v", n, err)
+		}
+	}
+}
+
 // oneByteWriter accepts one byte per call; zeroWriter accepts nothing.
 type oneByteWriter struct {
 	bytes.Buffer
