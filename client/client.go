@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/flybus/flybus/internal/rawio"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -121,6 +123,7 @@ type conn struct {
 
 	wmu  sync.Mutex // the write token: its holder encodes and writes
 	wbuf []byte     // the token holder's frame buffer
+	w    io.Writer  // nc's writes (rawio.NewWriter), the token holder's
 
 	mu       sync.Mutex // guards nextMsg through anyBus
 	nextMsg  uint64
@@ -221,7 +224,7 @@ func connect(ctx context.Context, nc net.Conn, cfg Config, reconnects bool) (*co
 	if os.Getenv("FLYBUS_TRACK_HANDLES") == "1" {
 		cfg.TrackHandles = true
 	}
-	c := &conn{cfg: cfg, nc: nc, reconnects: reconnects, waiters: map[uint64]*waiter{}, services: map[string]*Service{},
+	c := &conn{cfg: cfg, nc: nc, w: rawio.NewWriter(nc), reconnects: reconnects, waiters: map[uint64]*waiter{}, services: map[string]*Service{},
 		calls: map[wire.CallID]*PendingCall{}, subs: map[wire.SubID]*Subscription{}, kick: make(chan struct{}, 1),
 		done: make(chan struct{}), closed: make(chan struct{})}
 	switch {
@@ -638,7 +641,7 @@ func (c *conn) flush() error {
 			c.wbuf = buf // keep a modest buffer; drop a burst's
 		}
 		if err == nil && len(buf) > 0 {
-			err = wire.WriteFull(c.nc, buf)
+			err = wire.WriteFull(c.w, buf)
 		}
 		c.wmu.Unlock()
 		if err != nil {

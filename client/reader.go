@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/flybus/flybus/internal/rawio"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -13,7 +14,7 @@ import (
 // protocol closes the connection.
 func (c *conn) readLoop() {
 	defer c.wg.Done()
-	fr := wire.NewFrameReader(c.nc)
+	fr := wire.NewFrameReader(rawio.NewReader(c.nc))
 	var dec wire.Decoder
 	var env wire.Envelope
 	for {

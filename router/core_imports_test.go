@@ -18,7 +18,7 @@ import (
 var (
 	coreFiles = []string{"admission.go", "artifacts.go", "core.go", "details_core.go", "lanes.go", "policy.go",
 		"pubsub.go", "rpc.go", "slab.go", "step.go", "doc.go"}
-	shellFiles = []string{"await.go", "details.go", "latency.go", "listen.go", "mempipe.go", "router.go", "rawio.go", "shell.go"}
+	shellFiles = []string{"await.go", "details.go", "latency.go", "listen.go", "mempipe.go", "router.go", "shell.go"}
 	// What the core may not import: I/O, clocks, randomness, logging.
 	forbidden = []string{"net", "os", "time", "syscall", "io", "io/fs", "log", "log/slog", "context", "crypto/rand",
 		"math/rand", "math/rand/v2", "golang.org/x/sys/unix", "github.com/flybus/flybus/store"}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/flybus/flybus/fastpath"
+	"github.com/flybus/flybus/internal/rawio"
 	"github.com/flybus/flybus/store"
 	"github.com/flybus/flybus/wire"
 )
@@ -265,7 +266,7 @@ func (r *Router) serve(nc net.Conn, bound string) error {
 		nc.Close()
 		return err
 	}
-	sh := &shell{r: r, c: c, nc: nc, tw: tryWriterOf(nc), kick: make(chan struct{}, 1), frames: make([]frame, 0, fastpath.WriteBatch)}
+	sh := &shell{r: r, c: c, nc: nc, tw: rawio.NewTryWriter(nc), w: rawio.NewWriter(nc), kick: make(chan struct{}, 1), frames: make([]frame, 0, fastpath.WriteBatch)}
 	r.shells[c] = sh
 	// The reader, the writer and the hello timer's callback: Shutdown
 	// waits for each. The timer counts until it fires or is stopped.

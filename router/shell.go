@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flybus/flybus/fastpath"
+	"github.com/flybus/flybus/internal/rawio"
 	"github.com/flybus/flybus/wire"
 )
 
@@ -25,7 +26,8 @@ type shell struct {
 	r          *Router
 	c          *conn // core state: read and written only under r.mu
 	nc         net.Conn
-	tw         tryWriter // nil: this transport cannot write without blocking
+	tw         rawio.TryWriter // nil: this transport cannot write without blocking
+	w          io.Writer       // nc's blocking writes (rawio.NewWriter)
 	kick       chan struct{}
 	helloTimer *time.Timer
 
@@ -90,7 +92,7 @@ func (sh *shell) helloExpired() {
 
 func (sh *shell) readLoop() {
 	defer sh.r.wg.Done()
-	fc := &frameClock{nc: sh.nc, rd: readerOf(sh.nc), limit: sh.r.frameTimeout()}
+	fc := &frameClock{nc: sh.nc, rd: rawio.NewReader(sh.nc), limit: sh.r.frameTimeout()}
 	fr := wire.NewFrameReader(fc)
 	var dec wire.Decoder
 	var env wire.Envelope
@@ -202,7 +204,7 @@ func (sh *shell) logViolation(why string) {
 // deadline at all.
 type frameClock struct {
 	nc      net.Conn
-	rd      io.Reader // nc's bytes (readerOf)
+	rd      io.Reader // nc's bytes (rawio.NewReader)
 	limit   time.Duration
 	inFrame bool      // bytes of an unfinished frame are buffered
 	due     time.Time // that frame's deadline, zero until its reader first waits
@@ -414,7 +416,7 @@ func (sh *shell) writeLoop() {
 		r.mu.Unlock()
 		if len(rest) > 0 {
 			sh.io.writes.Add(1)
-			if err := wire.WriteFull(sh.nc, rest); err != nil {
+			if err := wire.WriteFull(sh.w, rest); err != nil {
 				sh.finish()
 				return
 			}
@@ -444,7 +446,7 @@ func (sh *shell) writeLoop() {
 			}
 			sh.writeStarts()
 			sh.io.writes.Add(1)
-			err := wire.WriteFull(sh.nc, sh.buf)
+			err := wire.WriteFull(sh.w, sh.buf)
 			if err == nil {
 				sh.io.written.Add(uint64(len(sh.buf)))
 			}
