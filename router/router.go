@@ -287,7 +287,13 @@ func (r *Router) serve(nc net.Conn, bound string) error {
 // writeDirect), wakes the writers of the others, and runs the I/O the step
 // asked for. It returns what the step reported about the input's
 // connection.
-func (r *Router) step(in input) (violation string, closing bool) {
+func (r *Router) step(in input) (violation string, closing bool) { return r.stepBy(nil, in) }
+
+// stepBy is step run by the reader of by (nil: any other goroutine).
+// Frames it readies for by itself wait while by holds a batch (setHold);
+// frames for a holding connection readied by anyone else are written at
+// once, with whatever waited, so no one waits on another's batch.
+func (r *Router) stepBy(by *shell, in input) (violation string, closing bool) {
 	var wakeArr, directArr, closingArr [8]*shell
 	var effs [4]effect
 	wake, direct, closingShells := wakeArr[:0], directArr[:0], closingArr[:0]
@@ -313,7 +319,7 @@ func (r *Router) step(in input) (violation string, closing bool) {
 			closingShells = append(closingShells, sh)
 		case sh.writing:
 			// Its holder pulls again before letting go.
-		case sh.hold:
+		case sh.hold && sh == by:
 			sh.held = true // its reader writes once it has stepped its batch
 		case sh.tw == nil:
 			wake = append(wake, sh)
@@ -342,7 +348,7 @@ func (r *Router) step(in input) (violation string, closing bool) {
 		sh.writeDirect()
 	}
 	for _, e := range effects {
-		r.runEffect(e)
+		r.runEffect(by, e)
 	}
 	r.changes.announce()
 	return violation, closing
@@ -354,16 +360,16 @@ func (r *Router) step(in input) (violation string, closing bool) {
 // finishes before that connection's next command is read (a publish that
 // follows a seal on the same connection sees the artifact sealed), while
 // every other connection goes on.
-func (r *Router) runEffect(e effect) {
+func (r *Router) runEffect(by *shell, e effect) {
 	switch e.kind {
 	case effStage:
 		st, err := r.store.Stage(e.size)
 		loc := artLoc{relPath: st.RelPath, slot: st.Slot, gen: st.Generation}
-		r.step(input{kind: inStaged, eff: e, loc: loc, full: errors.Is(err, store.ErrFull), err: err})
+		r.stepBy(by, input{kind: inStaged, eff: e, loc: loc, full: errors.Is(err, store.ErrFull), err: err})
 	case effSeal:
 		sealed, err := r.store.Seal(e.relPath, e.size, e.digest)
 		loc := artLoc{relPath: sealed.RelPath, slot: sealed.Slot, gen: sealed.Generation}
-		r.step(input{kind: inSealed, eff: e, loc: loc, mismatch: errors.Is(err, store.ErrMismatch), err: err})
+		r.stepBy(by, input{kind: inSealed, eff: e, loc: loc, mismatch: errors.Is(err, store.ErrMismatch), err: err})
 	case effUnlink:
 		collect := r.store.Collect
 		if e.retire {

@@ -134,7 +134,7 @@ func (sh *shell) readLoop() {
 		}
 		sh.io.read.Add(uint64(len(frame)) + 4)
 		sh.io.framesIn.Add(1)
-		why, closing := sh.r.step(input{kind: inCommand, conn: sh.c, env: &env, bodyErr: be})
+		why, closing := sh.r.stepBy(sh, input{kind: inCommand, conn: sh.c, env: &env, bodyErr: be})
 		if !more && sh.holding {
 			sh.setHold(false)
 		}
