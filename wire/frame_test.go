@@ -410,3 +410,50 @@ func TestFinishFrameEmpty(t *testing.T) {
 		t.Errorf("empty frame: %q, %v", out, err)
 	}
 }
+
+// FuzzFrameReader splits a stream into reads of the fuzzer's sizes. The
+// reader returns exactly the frames the stream holds, in order, refuses a
+// bad length, never panics, and HasFrame is true exactly when the next
+// ReadFrame returns without asking for more bytes.
+func FuzzFrameReader(f *testing.F) {
+	a, b := typicalCall(), typicalPublish()
+	f.Add(stream(a, b), uint8(0))
+	f.Add(stream(a, b), uint8(7))
+	f.Add(stream(a)[:10], uint8(3))
+	f.Add(binary.LittleEndian.AppendUint32(stream(a), 0), uint8(0))
+	f.Add(binary.LittleEndian.AppendUint32(nil, MaxEnvelopeBytes+1), uint8(1))
+	f.Fuzz(func(t *testing.T, data []byte, step uint8) {
+		r := &recordingReader{data: data, step: int(step)}
+		fr := NewFrameReader(r)
+		at := 0 // where the next frame's prefix starts in data
+		for {
+			has := fr.HasFrame()
+			asked := len(r.asked)
+			frame, err := fr.ReadFrame()
+			if has && len(r.asked) != asked {
+				t.Fatalf("HasFrame was true, yet ReadFrame read (at %d)", at)
+			}
+			if !has && len(r.asked) == asked {
+				t.Fatalf("HasFrame was false, yet ReadFrame did not read (at %d): %v", at, err)
+			}
+			if err != nil {
+				if len(data)-at >= FrameHeaderLen {
+					n := int(binary.LittleEndian.Uint32(data[at:]))
+					valid := n > 0 && n <= MaxEnvelopeBytes
+					if valid && len(data)-at >= FrameHeaderLen+n {
+						t.Fatalf("a whole frame at %d was refused: %v", at, err)
+					}
+					if !valid && !errors.Is(err, ErrFrameLength) {
+						t.Fatalf("length %d at %d: %v", n, at, err)
+					}
+				}
+				return
+			}
+			n := int(binary.LittleEndian.Uint32(data[at:]))
+			if !bytes.Equal(frame, data[at+FrameHeaderLen:at+FrameHeaderLen+n]) {
+				t.Fatalf("frame at %d differs from the stream", at)
+			}
+			at += FrameHeaderLen + n
+		}
+	})
+}
