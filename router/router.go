@@ -367,6 +367,12 @@ func (r *Router) runEffect(by *shell, e effect) {
 		loc := artLoc{relPath: st.RelPath, slot: st.Slot, gen: st.Generation}
 		r.stepBy(by, input{kind: inStaged, eff: e, loc: loc, full: errors.Is(err, store.ErrFull), err: err})
 	case effSeal:
+		if by != nil && by.holding {
+			// A seal may hash or copy for milliseconds: what the batch
+			// readied so far goes now rather than after it.
+			by.setHold(false)
+			by.setHold(true)
+		}
 		sealed, err := r.store.Seal(e.relPath, e.size, e.digest)
 		loc := artLoc{relPath: sealed.RelPath, slot: sealed.Slot, gen: sealed.Generation}
 		r.stepBy(by, input{kind: inSealed, eff: e, loc: loc, mismatch: errors.Is(err, store.ErrMismatch), err: err})

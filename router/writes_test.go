@@ -183,3 +183,60 @@ func TestRepliesToABatchShareAWrite(t *testing.T) {
 		}
 	})
 }
+
+// A seal may hash or copy for a long time, so it ends the batch before it:
+// the reply to a declare in front of a seal leaves before the seal runs,
+// and the seal's and the publish's replies behind it share the next write.
+// (In memory the writer goroutine writes, whenever it runs: only the
+// replies are checked there.)
+func TestASealEndsTheBatchBeforeIt(t *testing.T) {
+	forEachTransport(t, open(), func(t *testing.T, h *harness) {
+		r := newRaw(t, h.conn(""))
+		r.hello("sealer")
+		rawOK(t, r, wire.OpTopicDeclare, &wire.Declare{Name: "sealed", Retained: wire.RetainNone}, &wire.DeclareOK{})
+		data := bytes.Repeat([]byte{0x3c}, 1<<16)
+		alloc := rawAllocate(t, r, uint64(len(data)))
+		f := openLocation(t, h, store.OpenWrite, alloc.WriteLocation)
+		if _, err := f.Write(data); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		digest := wire.Digest(sha256.Sum256(data))
+		ref := wire.ArtifactRef{StoreID: alloc.WriteLocation.StoreID, ArtifactID: alloc.ArtifactID, Generation: alloc.Generation,
+			ByteLength: uint64(len(data)), ContentType: "x/y", Digest: wire.Some(digest)}
+		var b []byte
+		add := func(op wire.Op, body wire.Body, atts []wire.Attachment) {
+			r.id++
+			var err error
+			if b, err = wire.AppendFrame(b, wire.Header{ID: r.id, Kind: wire.KindCommand, Op: op}, body, atts); err != nil {
+				t.Fatal(err)
+			}
+		}
+		add(wire.OpTopicDeclare, &wire.Declare{Name: "other", Retained: wire.RetainNone}, nil)
+		add(wire.OpArtifactSeal, &wire.Seal{Allocation: alloc.Allocation, Digest: wire.Some(digest)}, nil)
+		add(wire.OpPublish, &wire.Publish{Topic: "sealed", Payload: wire.RawJSON(`{}`)},
+			[]wire.Attachment{{Name: "frame", Ref: ref, OwnerID: alloc.OwnerID}})
+		before := detailsOf(t, h.r.Details().Clients, byClient, "sealer")
+		r.sendBytes(b)
+		if err := r.reply(&wire.DeclareOK{}); err != nil {
+			t.Fatal(err)
+		}
+		var sealed wire.SealOK
+		if err := r.reply(&sealed); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.reply(&wire.PublishOK{}); err != nil {
+			t.Fatal(err)
+		}
+		rawOK(t, r, wire.OpArtifactRelease, &wire.Release{OwnerIDs: []wire.OwnerID{sealed.OwnerID}}, &wire.Released{})
+		if !h.Unix() {
+			return
+		}
+		after := detailsOf(t, h.r.Details().Clients, byClient, "sealer")
+		// Three writes: the declare's reply, the seal's and the publish's,
+		// the release's.
+		if got := after.Writes - before.Writes; got != 3 {
+			t.Fatalf("%d writes, want 3: declare | seal, publish | release", got)
+		}
+	})
+}
