@@ -88,19 +88,13 @@ func TestPublishBehindItsSealSeesItSealed(t *testing.T) {
 		rawOK(t, r, wire.OpTopicDeclare, &wire.Declare{Name: "piped", Retained: wire.RetainLatest}, &wire.DeclareOK{})
 		data := bytes.Repeat([]byte{0x5a}, 1<<20)
 		for round := range 10 {
-			alloc := rawAllocate(t, r, uint64(len(data)))
-			f := openLocation(t, h, store.OpenWrite, alloc.WriteLocation)
-			if _, err := f.Write(data); err != nil {
-				t.Fatal(err)
-			}
-			f.Close()
-			digest := wire.Digest(sha256.Sum256(data))
+			alloc, ref := rawWritten(t, h, r, data)
+			digest := ref.Digest.V
 			bad := round%3 == 2 // a digest that cannot match: the seal fails
 			if bad {
 				digest = wire.Digest{}
+				ref.Digest = wire.Some(digest)
 			}
-			ref := wire.ArtifactRef{StoreID: alloc.WriteLocation.StoreID, ArtifactID: alloc.ArtifactID, Generation: alloc.Generation,
-				ByteLength: uint64(len(data)), ContentType: "x/y", Digest: wire.Some(digest)}
 			r.id++
 			b, err := wire.AppendFrame(nil, wire.Header{ID: r.id, Kind: wire.KindCommand, Op: wire.OpArtifactSeal},
 				&wire.Seal{Allocation: alloc.Allocation, Digest: wire.Some(digest)}, nil)
@@ -195,15 +189,8 @@ func TestASealEndsTheBatchBeforeIt(t *testing.T) {
 		r.hello("sealer")
 		rawOK(t, r, wire.OpTopicDeclare, &wire.Declare{Name: "sealed", Retained: wire.RetainNone}, &wire.DeclareOK{})
 		data := bytes.Repeat([]byte{0x3c}, 1<<16)
-		alloc := rawAllocate(t, r, uint64(len(data)))
-		f := openLocation(t, h, store.OpenWrite, alloc.WriteLocation)
-		if _, err := f.Write(data); err != nil {
-			t.Fatal(err)
-		}
-		f.Close()
-		digest := wire.Digest(sha256.Sum256(data))
-		ref := wire.ArtifactRef{StoreID: alloc.WriteLocation.StoreID, ArtifactID: alloc.ArtifactID, Generation: alloc.Generation,
-			ByteLength: uint64(len(data)), ContentType: "x/y", Digest: wire.Some(digest)}
+		alloc, ref := rawWritten(t, h, r, data)
+		digest := ref.Digest.V
 		var b []byte
 		add := func(op wire.Op, body wire.Body, atts []wire.Attachment) {
 			r.id++
@@ -239,4 +226,19 @@ func TestASealEndsTheBatchBeforeIt(t *testing.T) {
 			t.Fatalf("%d writes, want 3: declare | seal, publish | release", got)
 		}
 	})
+}
+
+// rawWritten allocates len(data) bytes on r, writes data into them, and
+// returns the allocation and the reference its seal with the digest of
+// data will have.
+func rawWritten(t *testing.T, h *harness, r *raw, data []byte) (wire.AllocateOK, wire.ArtifactRef) {
+	t.Helper()
+	alloc := rawAllocate(t, r, uint64(len(data)))
+	f := openLocation(t, h, store.OpenWrite, alloc.WriteLocation)
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	return alloc, wire.ArtifactRef{StoreID: alloc.WriteLocation.StoreID, ArtifactID: alloc.ArtifactID, Generation: alloc.Generation,
+		ByteLength: uint64(len(data)), ContentType: "x/y", Digest: wire.Some(wire.Digest(sha256.Sum256(data)))}
 }
