@@ -26,10 +26,10 @@ import (
 // BenchmarkFanout publishes to one topic with 1 to 64 subscribers over
 // Unix sockets, the router in a process of its own, and reports the
 // router's CPU per publication (router-µs/pub) and per delivery
-// (router-µs/subscriber), read from /proc/PID/stat before and after.
-// That is clock ticks, 10 ms at USER_HZ 100, so ask for enough
-// publications that a run spends a few hundred ms of router CPU
-// (-benchtime=2s or more). ReportAllocs counts this process: the publisher
+// (router-µs/subscriber), read before and after (ProcessCPU: nanoseconds
+// from schedstat; on a kernel without it, 10 ms clock ticks, and then ask
+// for enough publications that a run spends a few hundred ms of router
+// CPU, -benchtime=2s or more). ReportAllocs counts this process: the publisher
 // and every subscriber's SDK, not the router.
 //
 // Each publication carries a small payload and one 4 KiB artifact sealed

@@ -533,7 +533,7 @@ func (r *Report) writeRecorder(b *strings.Builder) {
 	}
 	fmt.Fprintf(b, "| frames produced (late) | %d (%d) | %d (%d) | |\n", rc.Without.Frames, rc.Without.Late, w.Frames, w.Late)
 	fmt.Fprintf(b, "| recorder: publications recorded of frames produced | — | %s | |\n", recorded)
-	fmt.Fprintf(b, "| recorder: CPU per frame produced, µs (utime + stime, its start-up left out) | — | %s | |\n\n", cpu)
+	fmt.Fprintf(b, "| recorder: CPU per frame produced, µs (time on a CPU, its start-up left out) | — | %s | |\n\n", cpu)
 	if rec != nil {
 		removed := "removed"
 		if !rec.Removed {

@@ -3,8 +3,10 @@ package perf
 import (
 	"encoding/binary"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseProcStat(t *testing.T) {
@@ -110,5 +112,56 @@ func TestThisProcess(t *testing.T) {
 	}
 	if f, err := ProcessFaults(os.Getpid()); err != nil || f.Minor == 0 {
 		t.Fatalf("faults %+v %v: a running Go process has faulted pages in", f, err)
+	}
+}
+
+func TestParseSchedstat(t *testing.T) {
+	if d, err := parseSchedstat([]byte("123456789 42 7\n")); err != nil || d != 123456789 {
+		t.Fatalf("%v %v", d, err)
+	}
+	for _, bad := range []string{"", "1 2", "x 2 3", "-1 2 3", "1 2 3 4"} {
+		if _, err := parseSchedstat([]byte(bad)); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+// ProcessCPU of this process agrees with getrusage, which also counts
+// nanoseconds on a CPU (threads of a Go process do not exit), to well
+// under a clock tick; it reads a gone process as an error.
+func TestProcessCPUAgreesWithGetrusage(t *testing.T) {
+	var before, after, self time.Duration
+	var err error
+	for range 3 {
+		if before, err = SelfCPU(); err != nil {
+			t.Fatal(err)
+		}
+		if self, err = ProcessCPU(os.Getpid()); err != nil {
+			t.Fatal(err)
+		}
+		if after, err = SelfCPU(); err != nil {
+			t.Fatal(err)
+		}
+		// Burn a little CPU between tries, so that a tick-based figure
+		// could not match by luck.
+		for x := 0; x < 5_000_000; x++ {
+			sink += x
+		}
+		if self >= before-time.Millisecond && self <= after+time.Millisecond {
+			return
+		}
+	}
+	t.Fatalf("ProcessCPU %v outside getrusage's %v..%v", self, before, after)
+}
+
+var sink int
+
+func TestProcessCPUOfAGoneProcess(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$") // this test binary, running nothing
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ProcessCPU(cmd.Process.Pid); err == nil {
+		t.Fatal("a reaped process has a CPU time")
 	}
 }

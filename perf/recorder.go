@@ -65,7 +65,7 @@ type RecorderRun struct {
 	// Publications is what it says it recorded, in its last line.
 	Publications uint64 `json:"publications"`
 	LastLine     string `json:"lastLine,omitempty"`
-	// CPU is its utime + stime just before SIGTERM; StartCPU the same once
+	// CPU is its time on a CPU (ProcessCPU) just before SIGTERM; StartCPU the same once
 	// it was recording (start-up, connecting, subscribing, opening the
 	// file). CPUPerFrameUs is the difference per frame produced: what
 	// recording cost, without what starting cost.

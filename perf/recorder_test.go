@@ -99,7 +99,7 @@ func TestMarkdownRecorder(t *testing.T) {
 		"| producer → agent 1: RPC round trip | 0.500 / 0.500 | 0.500 / 0.500 | 1.00x / 1.00x |",
 		"| frames produced (late) | 300 (1) | 300 (1) | |",
 		"| recorder: publications recorded of frames produced | — | 298 of 300 | |",
-		"| recorder: CPU per frame produced, µs (utime + stime, its start-up left out) | — | 233 | |",
+		"| recorder: CPU per frame produced, µs (time on a CPU, its start-up left out) | — | 233 | |",
 		"The recorder: `/tmp/flybus record SOCK perf.frames.s6` (--flybus), ended: exit status 0; its file held 368.6 MB, removed.",
 	)
 	if r.Failed() {

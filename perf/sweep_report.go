@@ -330,8 +330,8 @@ func (r *SweepReport) writeSweepHeader(b *strings.Builder) {
 		"(flybus: the publish's reply; NATS: Publish then Flush, a PING/PONG), to one subscriber (flybus: bounded mode, a " +
 		"publish refused with BACKPRESSURE is retried and counted); RPC: callers each call as soon as the last result " +
 		"arrived (flybus CallAndWait, NATS Request) one echoing service (flybus: served by one goroutine per caller).\n")
-	b.WriteString("- CPU: user+system time of the mover (the router process; the NATS server's child process) from " +
-		"/proc/PID/stat (10 ms ticks), from the first send until every consumer drained; per frame is over frames " +
+	b.WriteString("- CPU: time on a CPU of the mover's threads (the router process; the NATS server's child process) from " +
+		"/proc/PID/task/*/schedstat (nanoseconds), from the first send until every consumer drained; per frame is over frames " +
 		"published, per delivery over frames or messages the consumers received; cores are CPU over that interval.\n")
 	b.WriteString("- per-frame costs (flybus frames points; NATS has no such figures: —): fill, the producer's Write (pwrite) of a " +
 		"frame's bytes, without allocate, seal or publish; touch, a consumer's read of every 64-byte line, from having the view; " +
