@@ -11,10 +11,10 @@ import (
 	"github.com/flybus/flybus/wire"
 )
 
-// detailsOf finds one entry of a Details list by key.
 // byClient keys a client's details by its client id.
 func byClient(x router.ClientDetail) string { return x.ID }
 
+// detailsOf finds one entry of a Details list by key.
 func detailsOf[T any](t *testing.T, list []T, key func(T) string, want string) T {
 	t.Helper()
 	for _, x := range list {
